@@ -1,0 +1,84 @@
+# gpt2fp32: GPT-2 training in CUDA C++ (FP32 weights and activations, TF32 tensor cores).
+#   make / make all   build every binary
+#   make train        build, prepare tiny Shakespeare if missing, train GPT-2 124M from scratch
+#   make test         build, run the CPU tests and the GPU test (SKIPPED without a GPU)
+#   make data         prepare the tiny Shakespeare shards
+#   make test-124m    GPT-2 124M-shape references from train_gpt2.py (needs PyTorch), then the GPU test
+#   make bench-tokenizer   tokenizer throughput
+#   make clean
+
+NVCC ?= nvcc
+CXX ?= g++
+PYTHON ?= python3
+
+# GPU architecture: the local GPU's compute capability if nvidia-smi finds one,
+# otherwise a fat binary for sm_80 and sm_90. Override with `make GPU_ARCH=90`.
+GPU_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '.')
+ifeq ($(strip $(GPU_ARCH)),)
+  GENCODE := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+else
+  GENCODE := -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
+endif
+
+CXXFLAGS := -O3 -std=c++17 -Wall -Wextra -I. -pthread
+NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra -Xptxas -warn-spills
+NVCCLIBS := -lcublasLt -lcublas
+
+TRAIN_DATA := dev/data/tinyshakespeare/tiny_shakespeare_train.bin
+VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
+LLMC_HEADERS := $(wildcard llmc/*.h)
+CPU_TESTS := build/test_tokenizer build/test_data
+BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data $(CPU_TESTS) build/bench_tokenizer
+
+.PHONY: all train test data test-124m bench-tokenizer clean
+
+all: $(BINARIES)
+
+train_gpt2_fp32: train_gpt2_fp32.cu $(LLMC_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCCLIBS)
+
+test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCCLIBS)
+
+prepare_data: dev/data/prepare_data.cpp $(wildcard dev/data/*.h) $(LLMC_HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@
+
+build/%: dev/test/%.cpp dev/test/testing.h $(wildcard dev/test/*.h) $(wildcard dev/data/*.h) $(LLMC_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) $< -o $@
+
+$(TRAIN_DATA) $(VAL_DATA): prepare_data dev/data/tiny_shakespeare.txt dev/data/gpt2_encoder.json
+	./prepare_data tinyshakespeare --force
+
+data: $(TRAIN_DATA)
+
+# GPT-2 124M from scratch on tiny Shakespeare: a few minutes on an H200.
+train: train_gpt2_fp32 $(TRAIN_DATA)
+	./train_gpt2_fp32 -e d12 -b 8 -t 1024 -l 3e-4 -x 400 -v 50 -m 4 -s 100 -g 128 -o log_d12
+
+# CPU tests, then the GPU test against the committed PyTorch fixtures, in full FP32
+# (tight tolerances) and in TF32 (loose ones), for both attention kinds.
+FIXTURES := dev/test/fixtures
+test: all
+	build/test_tokenizer
+	build/test_data
+	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
+	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
+	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
+	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
+
+# References in GPT-2 124M shape (B=2, T=1024), generated where PyTorch is, then checked.
+REF124 := build/ref124m
+test-124m: test_gpt2_fp32 $(VAL_DATA)
+	@mkdir -p $(REF124)
+	for kind in softmax relu; do \
+	  $(PYTHON) train_gpt2.py --model d12 --attn $$kind --batch 2 --seq-len 1024 --steps 5 \
+	    --tokens $(VAL_DATA) --write-model $(REF124)/$${kind}_model.bin --write-state $(REF124)/$${kind}_state.bin && \
+	  ./test_gpt2_fp32 -f 0 -m $(REF124)/$${kind}_model.bin -s $(REF124)/$${kind}_state.bin || exit 1; \
+	done
+
+bench-tokenizer: build/bench_tokenizer
+	build/bench_tokenizer
+
+clean:
+	rm -rf build train_gpt2_fp32 test_gpt2_fp32 prepare_data
