@@ -1,0 +1,777 @@
+// GPT-2's byte-level BPE tokenizer, exact to tiktoken's "gpt2" encoding (encode_ordinary).
+//
+// Loading: OpenAI's encoder.json (token string in GPT-2's byte alphabet -> id) or the
+// classic gpt2_tokenizer.bin (256 x int32 header, then per token a length byte and its
+// bytes). In both, a token's id is also its BPE merge rank.
+//
+// Encoding: a hand-written pre-tokenizer splits the text the way the r50k pattern
+//   '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// does, then each piece that is not itself a token is BPE-merged: repeatedly join the
+// adjacent pair whose bytes form the lowest-ranked token (leftmost on ties). Bytes that
+// are not well-formed UTF-8 count one character each, of class "other", so any input
+// encodes and decodes back to itself. tokenizer_encode may run concurrently on one
+// const Tokenizer: its memo of BPE results is per thread.
+#pragma once
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "llmc/unicode_tables.h"
+#include "llmc/utils.h"
+
+constexpr int32_t kTokenizerBinMagic = 20240328;
+constexpr int kTokenizerBinHeaderInts = 256;
+constexpr uint32_t kGpt2EotToken = 50256;  // the end-of-text id a version 1 .bin implies
+constexpr uint32_t kNoToken = UINT32_MAX;
+
+struct Tokenizer {
+    uint32_t vocab_size = 0;
+    uint32_t eot_token = 0;
+    std::vector<uint8_t> token_bytes;     // every token's bytes, concatenated in id order
+    std::vector<uint32_t> token_offsets;  // token i is token_bytes[offsets[i], offsets[i + 1])
+    std::vector<uint64_t> rank_slots;     // open addressing on bytes: (hash tag << 32) | (id + 1)
+    uint64_t rank_mask = 0;               // rank_slots.size() - 1
+    uint32_t byte_token[256] = {};        // the id of each single byte
+    size_t max_token_len = 0;
+    uint64_t serial = 0;                  // tells the per-thread BPE memos which tokenizer they hold
+};
+
+// ----------------------------------------------------------------------------
+// UTF-8 well-formedness (Unicode Table 3-7)
+
+// What a lead byte starts: the sequence length (0: it cannot start one) and the
+// allowed range of the second byte (later bytes are plain continuations 0x80-0xBF).
+struct Utf8Lead {
+    uint8_t length, second_min, second_max;
+};
+
+inline Utf8Lead utf8_lead(uint8_t b) {
+    if (b < 0x80) { return {1, 0, 0}; }
+    if (b < 0xC2) { return {0, 0, 0}; }
+    if (b < 0xE0) { return {2, 0x80, 0xBF}; }
+    if (b == 0xE0) { return {3, 0xA0, 0xBF}; }  // no overlongs
+    if (b == 0xED) { return {3, 0x80, 0x9F}; }  // no surrogates
+    if (b < 0xF0) { return {3, 0x80, 0xBF}; }
+    if (b == 0xF0) { return {4, 0x90, 0xBF}; }  // no overlongs
+    if (b < 0xF4) { return {4, 0x80, 0xBF}; }
+    if (b == 0xF4) { return {4, 0x80, 0x8F}; }  // nothing above U+10FFFF
+    return {0, 0, 0};
+}
+
+// How many of the `avail` bytes at s (s[0] a lead of length > 0) form a well-formed
+// prefix of its sequence: lead.length when complete, less when cut short or broken.
+inline size_t utf8_valid_prefix(const uint8_t* s, size_t avail, Utf8Lead lead) {
+    if (lead.length == 1 || avail < 2 || s[1] < lead.second_min || s[1] > lead.second_max) { return 1; }
+    size_t k = 2;
+    while (k < lead.length && k < avail && (s[k] & 0xC0) == 0x80) { k++; }
+    return k;
+}
+
+// The code point of a well-formed sequence of `length` bytes.
+inline uint32_t utf8_code_point(const uint8_t* s, size_t length) {
+    static const uint8_t kLeadMask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+    uint32_t cp = s[0] & kLeadMask[length];
+    for (size_t i = 1; i < length; i++) { cp = (cp << 6) | (s[i] & 0x3F); }
+    return cp;
+}
+
+// ----------------------------------------------------------------------------
+// Character classes of the pre-tokenizer
+
+enum CharClass : uint8_t { CHAR_OTHER = 0, CHAR_LETTER = 1, CHAR_NUMBER = 2, CHAR_SPACE = 3 };
+
+constexpr uint32_t kNumCodePoints = 0x110000;
+constexpr uint32_t kClassBlockSize = 256;
+
+// Two-level class lookup: code point / 256 picks one of the distinct 256-entry blocks.
+// Block 0 (U+0000-U+00FF) is stored first, so classes[b] is the class of byte b < 0x80.
+struct CharClassTable {
+    uint16_t block_of[kNumCodePoints / kClassBlockSize];
+    std::vector<uint8_t> classes;
+};
+
+template <size_t N>
+inline void mark_ranges(std::vector<uint8_t>* flat, const uint32_t (&ranges)[N][2], CharClass cls) {
+    for (size_t i = 0; i < N; i++) {
+        for (uint32_t cp = ranges[i][0]; cp <= ranges[i][1]; cp++) { (*flat)[cp] = cls; }
+    }
+}
+
+inline CharClassTable build_char_class_table() {
+    std::vector<uint8_t> flat(kNumCodePoints, CHAR_OTHER);
+    mark_ranges(&flat, kUnicodeLetterRanges, CHAR_LETTER);
+    mark_ranges(&flat, kUnicodeNumberRanges, CHAR_NUMBER);
+    mark_ranges(&flat, kUnicodeWhiteSpaceRanges, CHAR_SPACE);
+    CharClassTable table;
+    std::unordered_map<std::string, uint16_t> index_of_block;
+    for (uint32_t b = 0; b < kNumCodePoints / kClassBlockSize; b++) {
+        std::string block((const char*)&flat[b * kClassBlockSize], kClassBlockSize);
+        auto inserted = index_of_block.emplace(block, (uint16_t)index_of_block.size());
+        if (inserted.second) { table.classes.insert(table.classes.end(), block.begin(), block.end()); }
+        table.block_of[b] = inserted.first->second;
+    }
+    return table;
+}
+
+// Built on first use and kept for the life of the process.
+inline const CharClassTable& char_class_table() {
+    static const CharClassTable table = build_char_class_table();
+    return table;
+}
+
+inline CharClass char_class(const CharClassTable& table, uint32_t cp) {
+    return (CharClass)table.classes[(size_t)table.block_of[cp / kClassBlockSize] * kClassBlockSize +
+                                    cp % kClassBlockSize];
+}
+
+// Class and byte length of the character at s[pos] (pos < n). A byte that does not
+// start a well-formed UTF-8 sequence is a one-byte character of class other.
+inline CharClass char_at(const CharClassTable& table, const uint8_t* s, size_t pos, size_t n, size_t* len) {
+    uint8_t b = s[pos];
+    if (b < 0x80) {
+        *len = 1;
+        return (CharClass)table.classes[b];
+    }
+    Utf8Lead lead = utf8_lead(b);
+    if (lead.length == 0 || utf8_valid_prefix(s + pos, n - pos, lead) < lead.length) {
+        *len = 1;
+        return CHAR_OTHER;
+    }
+    *len = lead.length;
+    return char_class(table, utf8_code_point(s + pos, lead.length));
+}
+
+// ----------------------------------------------------------------------------
+// Pre-tokenizer: the r50k pattern as a state machine over characters
+
+// End of the run of class `cls` characters starting at pos.
+inline size_t class_run_end(const CharClassTable& table, const uint8_t* s, size_t pos, size_t n, CharClass cls) {
+    size_t len;
+    while (pos < n && char_at(table, s, pos, n, &len) == cls) { pos += len; }
+    return pos;
+}
+
+// End of a contraction ('s 'd 'm 't 'll 've 're, case-sensitive) at pos, or pos if none.
+inline size_t contraction_end(const uint8_t* s, size_t pos, size_t n) {
+    if (pos + 1 >= n || s[pos] != '\'') { return pos; }
+    uint8_t c1 = s[pos + 1];
+    if (c1 == 's' || c1 == 'd' || c1 == 'm' || c1 == 't') { return pos + 2; }
+    if (pos + 2 >= n) { return pos; }
+    uint8_t c2 = s[pos + 2];
+    bool two_letter = (c1 == 'l' && c2 == 'l') || (c1 == 'v' && c2 == 'e') || (c1 == 'r' && c2 == 'e');
+    return two_letter ? pos + 3 : pos;
+}
+
+// End of the pre-tokenizer piece that starts at pos (pos < n).
+inline size_t piece_end(const CharClassTable& table, const uint8_t* s, size_t pos, size_t n) {
+    size_t end = contraction_end(s, pos, n);
+    if (end > pos) { return end; }
+    size_t len;
+    CharClass cls = char_at(table, s, pos, n, &len);
+    // " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+": an optional space, then a run of one class
+    if (s[pos] == ' ' && pos + 1 < n) {
+        size_t next_len;
+        CharClass next = char_at(table, s, pos + 1, n, &next_len);
+        if (next != CHAR_SPACE) { return class_run_end(table, s, pos + 1 + next_len, n, next); }
+    }
+    if (cls != CHAR_SPACE) { return class_run_end(table, s, pos + len, n, cls); }
+    // "\s+(?!\S)|\s+": a whitespace run gives up its last character to a following
+    // non-space, unless that would leave it empty
+    size_t last_start = pos;
+    end = pos + len;
+    while (end < n && char_at(table, s, end, n, &len) == CHAR_SPACE) {
+        last_start = end;
+        end += len;
+    }
+    if (end < n && last_start > pos) { return last_start; }
+    return end;
+}
+
+// ----------------------------------------------------------------------------
+// Token lookup by bytes
+
+// A fast hash of a short byte string: 8 bytes at a time, mixed by multiply-xorshift.
+inline uint64_t hash_bytes(const uint8_t* s, size_t n) {
+    const uint64_t kMul = 0x9E3779B97F4A7C15ull;
+    uint64_t h = n * kMul;
+    for (; n >= 8; s += 8, n -= 8) {
+        uint64_t word;
+        memcpy(&word, s, 8);
+        h = (h ^ word) * kMul;
+        h ^= h >> 29;
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, s, n);
+    h = (h ^ tail) * 0xD6E8FEB86659FD93ull;
+    return h ^ (h >> 32);
+}
+
+inline const uint8_t* token_data(const Tokenizer* tok, uint32_t id) { return &tok->token_bytes[tok->token_offsets[id]]; }
+inline size_t token_length(const Tokenizer* tok, uint32_t id) {
+    return tok->token_offsets[id + 1] - tok->token_offsets[id];
+}
+
+// Slot index of the token with these bytes, or of the empty slot where it would go.
+inline size_t find_rank_slot(const Tokenizer* tok, const uint8_t* s, size_t n, uint64_t hash) {
+    uint64_t tag = hash >> 32;
+    for (size_t i = hash & tok->rank_mask;; i = (i + 1) & tok->rank_mask) {
+        uint64_t slot = tok->rank_slots[i];
+        if (slot == 0) { return i; }
+        uint32_t id = (uint32_t)slot - 1;
+        if ((slot >> 32) == tag && token_length(tok, id) == n && memcmp(token_data(tok, id), s, n) == 0) { return i; }
+    }
+}
+
+// The id of the token with exactly these bytes (the end-of-text token excluded), or kNoToken.
+inline uint32_t token_with_bytes(const Tokenizer* tok, const uint8_t* s, size_t n, uint64_t hash) {
+    if (n > tok->max_token_len) { return kNoToken; }
+    uint64_t slot = tok->rank_slots[find_rank_slot(tok, s, n, hash)];
+    return slot == 0 ? kNoToken : (uint32_t)slot - 1;
+}
+
+inline uint32_t token_with_bytes(const Tokenizer* tok, const uint8_t* s, size_t n) {
+    return n > tok->max_token_len ? kNoToken : token_with_bytes(tok, s, n, hash_bytes(s, n));
+}
+
+// ----------------------------------------------------------------------------
+// Byte pair merging of one piece
+
+constexpr size_t kLinearBpeMaxLen = 128;  // longer pieces merge through a heap
+
+// BPE the way tiktoken does it, for short pieces: scan all pairs for the lowest rank each step.
+inline void bpe_merge_linear(const Tokenizer* tok, const uint8_t* s, size_t n, std::vector<uint32_t>* out) {
+    uint32_t starts[kLinearBpeMaxLen + 1];  // start of each part, then n
+    uint32_t ids[kLinearBpeMaxLen];         // token of each part
+    uint32_t pair_ranks[kLinearBpeMaxLen];  // rank of part i joined with part i + 1
+    size_t parts = n;
+    for (size_t i = 0; i < n; i++) {
+        starts[i] = (uint32_t)i;
+        ids[i] = tok->byte_token[s[i]];
+    }
+    starts[n] = (uint32_t)n;
+    auto rank_of_pair = [&](size_t i) { return token_with_bytes(tok, s + starts[i], starts[i + 2] - starts[i]); };
+    for (size_t i = 0; i + 1 < parts; i++) { pair_ranks[i] = rank_of_pair(i); }
+    while (parts > 1) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < parts; i++) {
+            if (pair_ranks[i] < pair_ranks[best]) { best = i; }
+        }
+        if (pair_ranks[best] == kNoToken) { break; }
+        ids[best] = pair_ranks[best];
+        // part best + 1 is absorbed: shift the later parts (and their pairs) down by one
+        for (size_t i = best + 1; i < parts; i++) { starts[i] = starts[i + 1]; }
+        for (size_t i = best + 1; i + 1 < parts; i++) { ids[i] = ids[i + 1]; }
+        for (size_t i = best + 1; i + 2 < parts; i++) { pair_ranks[i] = pair_ranks[i + 1]; }
+        parts--;
+        if (best + 1 < parts) { pair_ranks[best] = rank_of_pair(best); }
+        if (best > 0) { pair_ranks[best - 1] = rank_of_pair(best - 1); }
+    }
+    out->insert(out->end(), ids, ids + parts);
+}
+
+// A pair of adjacent parts [left, mid) and [mid, end) whose join is token `rank`.
+struct MergeCandidate {
+    uint32_t rank, left, mid, end;
+};
+
+// Heap order: the lowest rank on top, the leftmost among equal ranks.
+inline bool merges_after(const MergeCandidate& a, const MergeCandidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
+}
+
+// The same merges as bpe_merge_linear in O(n log n), for long pieces. Parts are a linked
+// list by start offset; heap entries whose parts have since changed are skipped.
+inline void bpe_merge_heap(const Tokenizer* tok, const uint8_t* s, size_t n, std::vector<uint32_t>* out) {
+    const uint32_t kDead = UINT32_MAX;
+    std::vector<uint32_t> next(n), prev(n), ids(n);  // indexed by part start
+    std::vector<MergeCandidate> heap;
+    auto push_pair = [&](uint32_t left, uint32_t mid) {
+        if (mid >= n) { return; }
+        uint32_t end = next[mid];
+        uint32_t rank = token_with_bytes(tok, s + left, end - left);
+        if (rank == kNoToken) { return; }
+        heap.push_back({rank, left, mid, end});
+        std::push_heap(heap.begin(), heap.end(), merges_after);
+    };
+    for (uint32_t i = 0; i < n; i++) {
+        next[i] = i + 1;
+        prev[i] = i - 1;  // wraps to kDead for the first part
+        ids[i] = tok->byte_token[s[i]];
+    }
+    for (uint32_t i = 0; i + 1 < n; i++) { push_pair(i, i + 1); }
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), merges_after);
+        MergeCandidate merge = heap.back();
+        heap.pop_back();
+        if (next[merge.left] != merge.mid || next[merge.mid] != merge.end) { continue; }
+        ids[merge.left] = merge.rank;
+        next[merge.left] = merge.end;
+        next[merge.mid] = kDead;
+        if (merge.end < n) { prev[merge.end] = merge.left; }
+        if (prev[merge.left] != kDead) { push_pair(prev[merge.left], merge.left); }
+        push_pair(merge.left, merge.end);
+    }
+    for (uint32_t i = 0; i < n; i = next[i]) { out->push_back(ids[i]); }
+}
+
+inline void bpe_merge(const Tokenizer* tok, const uint8_t* s, size_t n, std::vector<uint32_t>* out) {
+    if (n <= kLinearBpeMaxLen) {
+        bpe_merge_linear(tok, s, n, out);
+    } else {
+        bpe_merge_heap(tok, s, n, out);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Per-thread memo: piece bytes -> ids, for pieces that needed merging
+
+constexpr size_t kPieceCacheSlots = 1 << 16;
+constexpr size_t kPieceCacheMaxEntries = kPieceCacheSlots / 2;
+constexpr size_t kCachedPieceMaxLen = 64;
+
+struct PieceCacheEntry {
+    uint32_t key_offset, key_len, ids_offset, ids_len;
+};
+
+struct PieceCache {
+    uint64_t tokenizer_serial = 0;       // whose results these are
+    std::vector<uint64_t> slots;         // (hash tag << 32) | (entry index + 1), 0 = empty
+    std::vector<PieceCacheEntry> entries;
+    std::vector<uint8_t> keys;           // entries' piece bytes
+    std::vector<uint32_t> ids;           // entries' token ids
+};
+
+inline void piece_cache_reset(PieceCache* cache, uint64_t tokenizer_serial) {
+    cache->tokenizer_serial = tokenizer_serial;
+    cache->slots.assign(kPieceCacheSlots, 0);
+    cache->entries.clear();
+    cache->keys.clear();
+    cache->ids.clear();
+}
+
+// This thread's memo, emptied whenever it was filled by another tokenizer.
+inline PieceCache& piece_cache_for(const Tokenizer* tok) {
+    thread_local PieceCache cache;
+    if (cache.tokenizer_serial != tok->serial) { piece_cache_reset(&cache, tok->serial); }
+    return cache;
+}
+
+// Slot index of the entry for these bytes, or of the empty slot where it would go.
+inline size_t find_cache_slot(const PieceCache& cache, const uint8_t* s, size_t n, uint64_t hash) {
+    uint64_t tag = hash >> 32;
+    for (size_t i = hash & (kPieceCacheSlots - 1);; i = (i + 1) & (kPieceCacheSlots - 1)) {
+        uint64_t slot = cache.slots[i];
+        if (slot == 0) { return i; }
+        const PieceCacheEntry& e = cache.entries[(uint32_t)slot - 1];
+        if ((slot >> 32) == tag && e.key_len == n && memcmp(&cache.keys[e.key_offset], s, n) == 0) { return i; }
+    }
+}
+
+// Appends the ids of one pre-tokenizer piece: the piece's own token if it is one
+// (as tiktoken does), else its merges, memoized for short pieces.
+inline void encode_piece(const Tokenizer* tok, PieceCache* cache, const uint8_t* s, size_t n,
+                         std::vector<uint32_t>* out) {
+    if (n > kCachedPieceMaxLen) {
+        uint32_t id = token_with_bytes(tok, s, n);
+        if (id != kNoToken) {
+            out->push_back(id);
+        } else {
+            bpe_merge(tok, s, n, out);
+        }
+        return;
+    }
+    uint64_t hash = hash_bytes(s, n);
+    uint32_t id = token_with_bytes(tok, s, n, hash);
+    if (id != kNoToken) {
+        out->push_back(id);
+        return;
+    }
+    size_t slot = find_cache_slot(*cache, s, n, hash);
+    if (cache->slots[slot] != 0) {
+        const PieceCacheEntry& e = cache->entries[(uint32_t)cache->slots[slot] - 1];
+        out->insert(out->end(), &cache->ids[e.ids_offset], &cache->ids[e.ids_offset] + e.ids_len);
+        return;
+    }
+    size_t first = out->size();
+    bpe_merge(tok, s, n, out);
+    if (cache->entries.size() == kPieceCacheMaxEntries) {
+        piece_cache_reset(cache, cache->tokenizer_serial);
+        slot = find_cache_slot(*cache, s, n, hash);
+    }
+    PieceCacheEntry entry = {(uint32_t)cache->keys.size(), (uint32_t)n, (uint32_t)cache->ids.size(),
+                             (uint32_t)(out->size() - first)};
+    cache->keys.insert(cache->keys.end(), s, s + n);
+    cache->ids.insert(cache->ids.end(), out->begin() + first, out->end());
+    cache->entries.push_back(entry);
+    cache->slots[slot] = ((hash >> 32) << 32) | cache->entries.size();
+}
+
+// Appends the ids of `text` (len bytes, any bytes at all) to *out. "<|endoftext|>" in the
+// text is plain text. Safe to call from several threads at once.
+inline void tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, std::vector<uint32_t>* out) {
+    const CharClassTable& table = char_class_table();
+    PieceCache& cache = piece_cache_for(tok);
+    const uint8_t* s = (const uint8_t*)text;
+    for (size_t pos = 0; pos < len;) {
+        size_t end = piece_end(table, s, pos, len);
+        encode_piece(tok, &cache, s + pos, end - pos, out);
+        pos = end;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Decoding
+
+inline void tokenizer_decode(const Tokenizer* tok, uint32_t id, const uint8_t** bytes, size_t* len) {
+    if (id >= tok->vocab_size) { fail("token id %u out of range (vocab size %u)", id, tok->vocab_size); }
+    *bytes = token_data(tok, id);
+    *len = token_length(tok, id);
+}
+
+// Appends the bytes of `count` tokens to *out.
+inline void tokenizer_decode_append(const Tokenizer* tok, const uint32_t* ids, size_t count, std::string* out) {
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t* bytes;
+        size_t len;
+        tokenizer_decode(tok, ids[i], &bytes, &len);
+        out->append((const char*)bytes, len);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Loading
+
+// Fills the tokenizer from its tokens' bytes in id order, failing (naming `path`) on a
+// duplicate token or a byte with no token of its own.
+inline void tokenizer_build(Tokenizer* tok, const char* path, const std::vector<std::string>& tokens, uint32_t eot) {
+    static std::atomic<uint64_t> next_serial{1};
+    tok->vocab_size = (uint32_t)tokens.size();
+    tok->eot_token = eot;
+    tok->token_bytes.clear();
+    tok->token_offsets.assign(1, 0);
+    tok->max_token_len = 0;
+    for (const std::string& token : tokens) {
+        tok->token_bytes.insert(tok->token_bytes.end(), token.begin(), token.end());
+        tok->token_offsets.push_back((uint32_t)tok->token_bytes.size());
+        tok->max_token_len = std::max(tok->max_token_len, token.size());
+    }
+    size_t num_slots = 1024;
+    while (num_slots < 2 * tokens.size()) { num_slots *= 2; }
+    tok->rank_slots.assign(num_slots, 0);
+    tok->rank_mask = num_slots - 1;
+    for (uint32_t id = 0; id < tok->vocab_size; id++) {
+        if (id == eot) { continue; }  // encode_ordinary never yields it
+        const uint8_t* s = token_data(tok, id);
+        size_t n = token_length(tok, id);
+        uint64_t hash = hash_bytes(s, n);
+        size_t slot = find_rank_slot(tok, s, n, hash);
+        if (tok->rank_slots[slot] != 0) {
+            fail("%s: tokens %u and %u have the same bytes", path, (uint32_t)tok->rank_slots[slot] - 1, id);
+        }
+        tok->rank_slots[slot] = ((hash >> 32) << 32) | (id + 1);
+    }
+    for (int b = 0; b < 256; b++) {
+        uint8_t byte = (uint8_t)b;
+        tok->byte_token[b] = token_with_bytes(tok, &byte, 1);
+        if (tok->byte_token[b] == kNoToken) { fail("%s: no token for the byte 0x%02X", path, b); }
+    }
+    tok->serial = next_serial++;
+    char_class_table();  // build the process-wide class table now rather than in the first encode
+}
+
+inline int32_t read_int32_le(const uint8_t* p) {
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+// The classic .bin: header [magic, version 1|2, vocab size, eot (version 2)], then per
+// token a length byte (> 0) and its bytes.
+inline void load_tokenizer_bin(Tokenizer* tok, const char* path, const std::vector<uint8_t>& data) {
+    size_t header_bytes = kTokenizerBinHeaderInts * sizeof(int32_t);
+    if (data.size() < header_bytes) { fail("%s: truncated header (%zu bytes)", path, data.size()); }
+    int32_t version = read_int32_le(&data[4]);
+    int32_t vocab_size = read_int32_le(&data[8]);
+    if (version != 1 && version != 2) { fail("%s: unsupported version %d (expected 1 or 2)", path, version); }
+    if (vocab_size <= 0) { fail("%s: bad vocab size %d", path, vocab_size); }
+    int64_t eot = version == 2 ? read_int32_le(&data[12]) : kGpt2EotToken;
+    if (eot < 0 || eot >= vocab_size) { fail("%s: eot token %lld out of range (vocab size %d)", path, (long long)eot, vocab_size); }
+    std::vector<std::string> tokens(vocab_size);
+    size_t pos = header_bytes;
+    for (int32_t id = 0; id < vocab_size; id++) {
+        if (pos >= data.size() || pos + 1 + data[pos] > data.size()) {
+            fail("%s: file is truncated (token %d of %d)", path, id, vocab_size);
+        }
+        size_t len = data[pos];
+        if (len == 0) { fail("%s: token %d has length 0", path, id); }
+        tokens[id].assign((const char*)&data[pos + 1], len);
+        pos += 1 + len;
+    }
+    if (pos != data.size()) { fail("%s: %zu unexpected bytes after the last token", path, data.size() - pos); }
+    tokenizer_build(tok, path, tokens, (uint32_t)eot);
+}
+
+// GPT-2 writes each byte as one character: printable bytes (0x21-0x7E, 0xA1-0xAC,
+// 0xAE-0xFF) as themselves, the k-th other byte as U+0100 + k. Returns the byte a
+// character stands for, or -1 if it is not in this alphabet.
+inline int gpt2_alphabet_byte(uint32_t cp) {
+    static const std::vector<int> byte_of_char = [] {
+        std::vector<int> table(256 + 68, -1);
+        int num_unprintable = 0;
+        for (int b = 0; b < 256; b++) {
+            bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+            table[printable ? b : 256 + num_unprintable++] = b;
+        }
+        return table;
+    }();
+    return cp < byte_of_char.size() ? byte_of_char[cp] : -1;
+}
+
+// A position in a JSON text; errors name the file and the byte offset.
+struct JsonCursor {
+    const char* path;
+    const uint8_t* data;
+    size_t size, pos;
+};
+
+[[noreturn]] inline void json_fail(const JsonCursor& c, const char* problem) {
+    fail("%s: bad JSON at byte %zu: %s", c.path, c.pos, problem);
+}
+
+inline bool is_json_space(uint8_t b) { return b == ' ' || b == '\t' || b == '\r' || b == '\n'; }
+
+inline void json_skip_space(JsonCursor* c) {
+    while (c->pos < c->size && is_json_space(c->data[c->pos])) { c->pos++; }
+}
+
+// Skips space, then consumes `ch` or fails.
+inline void json_expect(JsonCursor* c, char ch) {
+    json_skip_space(c);
+    if (c->pos >= c->size || c->data[c->pos] != (uint8_t)ch) {
+        char problem[32];
+        snprintf(problem, sizeof(problem), "expected '%c'", ch);
+        json_fail(*c, problem);
+    }
+    c->pos++;
+}
+
+inline uint32_t json_hex4(JsonCursor* c) {
+    if (c->pos + 4 > c->size) { json_fail(*c, "truncated \\u escape"); }
+    uint32_t value = 0;
+    for (int i = 0; i < 4; i++) {
+        uint8_t h = c->data[c->pos++];
+        int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        if (digit < 0) { json_fail(*c, "bad hex digit in \\u escape"); }
+        value = value * 16 + (uint32_t)digit;
+    }
+    return value;
+}
+
+// One escape after a backslash, as a code point (a surrogate pair joined into one).
+inline uint32_t json_escape(JsonCursor* c) {
+    if (c->pos >= c->size) { json_fail(*c, "unterminated string"); }
+    uint8_t e = c->data[c->pos++];
+    switch (e) {
+        case '"': case '\\': case '/': return e;
+        case 'b': return '\b';
+        case 'f': return '\f';
+        case 'n': return '\n';
+        case 'r': return '\r';
+        case 't': return '\t';
+        case 'u': break;
+        default: c->pos--; json_fail(*c, "bad escape");
+    }
+    uint32_t cp = json_hex4(c);
+    bool high_surrogate = cp >= 0xD800 && cp < 0xDC00;
+    if (high_surrogate && c->pos + 1 < c->size && c->data[c->pos] == '\\' && c->data[c->pos + 1] == 'u') {
+        size_t saved = c->pos;
+        c->pos += 2;
+        uint32_t low = json_hex4(c);
+        if (low >= 0xDC00 && low < 0xE000) { return 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00); }
+        c->pos = saved;
+    }
+    return cp;
+}
+
+// A JSON string (after skipping space), as the code points it holds.
+inline void json_string(JsonCursor* c, std::vector<uint32_t>* code_points) {
+    json_expect(c, '"');
+    code_points->clear();
+    while (true) {
+        if (c->pos >= c->size) { json_fail(*c, "unterminated string"); }
+        uint8_t b = c->data[c->pos];
+        if (b == '"') { break; }
+        if (b < 0x20) { json_fail(*c, "control character in string"); }
+        if (b == '\\') {
+            c->pos++;
+            code_points->push_back(json_escape(c));
+            continue;
+        }
+        Utf8Lead lead = utf8_lead(b);
+        if (lead.length == 0 || utf8_valid_prefix(c->data + c->pos, c->size - c->pos, lead) < lead.length) {
+            json_fail(*c, "invalid UTF-8");
+        }
+        code_points->push_back(utf8_code_point(c->data + c->pos, lead.length));
+        c->pos += lead.length;
+    }
+    c->pos++;
+}
+
+// A non-negative integer below 2^31 (after skipping space).
+inline uint32_t json_uint(JsonCursor* c) {
+    json_skip_space(c);
+    size_t start = c->pos;
+    uint64_t value = 0;
+    while (c->pos < c->size && c->data[c->pos] >= '0' && c->data[c->pos] <= '9') {
+        value = value * 10 + (c->data[c->pos++] - '0');
+        if (value > INT32_MAX) { c->pos = start; json_fail(*c, "id too large"); }
+    }
+    if (c->pos == start) { json_fail(*c, "expected a non-negative integer id"); }
+    return (uint32_t)value;
+}
+
+// encoder.json: {"token string": id, ...} with ids 0..N-1 each once and token strings
+// in GPT-2's byte alphabet; the end-of-text token is the entry "<|endoftext|>".
+inline void load_tokenizer_json(Tokenizer* tok, const char* path, const std::vector<uint8_t>& data) {
+    const char* kEot = "<|endoftext|>";
+    JsonCursor c = {path, data.data(), data.size(), 0};
+    std::vector<std::pair<uint32_t, std::string>> entries;  // (id, token bytes)
+    std::vector<uint32_t> code_points;
+    json_expect(&c, '{');
+    json_skip_space(&c);
+    bool empty = c.pos < c.size && c.data[c.pos] == '}';
+    while (!empty) {
+        size_t entry_pos = c.pos;
+        json_string(&c, &code_points);
+        std::string bytes;
+        for (uint32_t cp : code_points) {
+            int b = gpt2_alphabet_byte(cp);
+            if (b < 0) { fail("%s: token string at byte %zu has U+%04X, not in GPT-2's byte alphabet", path, entry_pos, cp); }
+            bytes.push_back((char)b);
+        }
+        json_expect(&c, ':');
+        entries.emplace_back(json_uint(&c), bytes);
+        json_skip_space(&c);
+        if (c.pos < c.size && c.data[c.pos] == '}') { break; }
+        if (c.pos >= c.size || c.data[c.pos] != ',') { json_fail(c, "expected ',' or '}'"); }
+        c.pos++;
+    }
+    json_expect(&c, '}');
+    json_skip_space(&c);
+    if (c.pos != c.size) { json_fail(c, "unexpected text after the object"); }
+    if (entries.empty()) { fail("%s: the vocabulary is empty", path); }
+    std::vector<std::string> tokens(entries.size());
+    std::vector<bool> seen(entries.size(), false);
+    uint32_t eot = kNoToken;
+    for (const auto& entry : entries) {
+        uint32_t id = entry.first;
+        if (id >= entries.size()) { fail("%s: id %u out of range: ids must be 0..%zu", path, id, entries.size() - 1); }
+        if (seen[id]) { fail("%s: id %u appears twice", path, id); }
+        seen[id] = true;
+        tokens[id] = entry.second;
+        if (entry.second == kEot) { eot = id; }
+        if (entry.second.empty()) { fail("%s: token %u is empty", path, id); }
+    }
+    if (eot == kNoToken) { fail("%s: no \"%s\" entry", path, kEot); }
+    tokenizer_build(tok, path, tokens, eot);
+}
+
+// Loads encoder.json or the classic .bin, told apart by the .bin's magic number.
+inline void tokenizer_init(Tokenizer* tok, const char* path) {
+    FILE* f = fopen_or_fail(path, "rb");
+    int64_t size = file_size(path);
+    if (size < 0) { fail("cannot stat %s", path); }
+    std::vector<uint8_t> data((size_t)size);
+    fread_or_fail(data.data(), 1, data.size(), f, path);
+    fclose(f);
+    if (data.empty()) { fail("%s: file is empty", path); }
+    if (data.size() >= 4 && read_int32_le(data.data()) == kTokenizerBinMagic) {
+        load_tokenizer_bin(tok, path, data);
+        return;
+    }
+    size_t first = 0;
+    while (first < data.size() && is_json_space(data[first])) { first++; }
+    if (first == data.size() || data[first] != '{') {
+        int32_t magic = data.size() >= 4 ? read_int32_le(data.data()) : 0;
+        fail("%s: bad magic %d: neither a tokenizer .bin (magic %d) nor a JSON vocabulary", path, magic,
+             kTokenizerBinMagic);
+    }
+    load_tokenizer_json(tok, path, data);
+}
+
+inline void tokenizer_free(Tokenizer* tok) { *tok = Tokenizer(); }
+
+// Writes the classic .bin (version 2) atomically.
+inline void tokenizer_write_bin(const Tokenizer* tok, const char* path) {
+    int32_t header[kTokenizerBinHeaderInts] = {kTokenizerBinMagic, 2, (int32_t)tok->vocab_size, (int32_t)tok->eot_token};
+    AtomicFile af;
+    open_atomic(&af, path);
+    fwrite_or_fail(header, sizeof(header), 1, af.file, af.tmp_path);
+    for (uint32_t id = 0; id < tok->vocab_size; id++) {
+        size_t len = token_length(tok, id);
+        if (len > 255) { fail("%s: token %u is %zu bytes, more than a .bin can hold", path, id, len); }
+        uint8_t len_byte = (uint8_t)len;
+        fwrite_or_fail(&len_byte, 1, 1, af.file, af.tmp_path);
+        fwrite_or_fail(token_data(tok, id), 1, len, af.file, af.tmp_path);
+    }
+    commit_atomic(&af);
+}
+
+// ----------------------------------------------------------------------------
+// Printing streamed tokens
+
+// Turns token bytes, arriving one token at a time, into valid UTF-8: an incomplete
+// sequence at the end is held back until the next token completes it, and each
+// maximal invalid subsequence becomes U+FFFD.
+struct Utf8Printer {
+    std::string held;  // the start of a sequence still waiting for its continuation bytes
+
+    void feed(const uint8_t* bytes, size_t len, std::string* out) {
+        std::string pending = held + std::string((const char*)bytes, len);
+        held.clear();
+        const uint8_t* s = (const uint8_t*)pending.data();
+        size_t n = pending.size();
+        for (size_t i = 0; i < n;) {
+            Utf8Lead lead = utf8_lead(s[i]);
+            size_t valid = lead.length == 0 ? 1 : utf8_valid_prefix(s + i, n - i, lead);
+            if (lead.length > 0 && valid == lead.length) {
+                out->append((const char*)s + i, valid);
+            } else if (lead.length > 0 && i + valid == n) {
+                held.assign((const char*)s + i, valid);
+            } else {
+                out->append("\xEF\xBF\xBD");
+            }
+            i += valid;
+        }
+    }
+
+    // Ends the stream: a held incomplete sequence becomes U+FFFD.
+    void finish(std::string* out) {
+        if (!held.empty()) { out->append("\xEF\xBF\xBD"); }
+        held.clear();
+    }
+
+    // Prints the printable part of token `id` to f and flushes it.
+    void print_token(const Tokenizer* tok, uint32_t id, FILE* f) {
+        const uint8_t* bytes;
+        size_t len;
+        tokenizer_decode(tok, id, &bytes, &len);
+        std::string text;
+        feed(bytes, len, &text);
+        fwrite(text.data(), 1, text.size(), f);
+        fflush(f);
+    }
+
+    void finish(FILE* f) {
+        std::string text;
+        finish(&text);
+        fwrite(text.data(), 1, text.size(), f);
+        fflush(f);
+    }
+};
