@@ -1,0 +1,545 @@
+#!/usr/bin/env python3
+"""PyTorch reference for gpt2fp32: the same GPT-2 (softmax or ReLU attention), in FP32.
+
+Reference mode builds (or loads) a model, writes it as a model file, runs a few AdamW
+steps on one batch and writes a debug state file (logits, loss, gradients, step losses)
+that the CUDA trainer's tests compare against. It always computes attention explicitly,
+with TF32 off, so the numbers are true FP32.
+
+    python train_gpt2.py --device cpu --layers 2 --heads 2 --channels 128 --vocab 1000 \
+        --max-seq-len 64 --batch 4 --seq-len 64 --attn relu \
+        --write-model model.bin --write-state state.bin
+
+Training mode trains on token shards and reports the speed of PyTorch itself, as the
+peer the CUDA trainer is benchmarked against:
+
+    python train_gpt2.py --model d12 --train-shards 'data/*_train_*.bin' \
+        --batch 8 --seq-len 1024 --steps 50 --compile --flash --tf32
+"""
+
+import argparse
+import glob
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODEL_MAGIC = 20240326
+STATE_MAGIC = 20240327
+SHARD_MAGIC = 20240520
+FILE_VERSION = 3
+SHARD_VERSION = 1
+HEADER_INTS = 256
+ATTN_KINDS = ("softmax", "relu")  # index = the attention kind stored in file headers
+LAYERNORM_EPS = 1e-5
+INIT_STD = 0.02
+
+# GPT-2 small / medium / large / XL: (layers, heads, channels).
+MODEL_PRESETS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
+PRESET_VOCAB = 50257
+PRESET_MAX_SEQ_LEN = 1024
+
+# Parameter groups by name (stacked over layers: ln1w holds every layer's ln1 weight).
+DECAYED_PARAMS = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+RESIDUAL_PROJECTIONS = {"attprojw", "fcprojw"}
+LAYERNORM_WEIGHTS = {"ln1w", "ln2w", "lnfw"}
+
+
+def fail(message):
+    raise SystemExit(f"error: {message}")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    max_seq_len: int
+    vocab_size: int
+    padded_vocab_size: int
+    num_layers: int
+    num_heads: int
+    channels: int
+    attn: str  # one of ATTN_KINDS
+
+    def validate(self):
+        if min(self.max_seq_len, self.vocab_size, self.num_layers, self.num_heads, self.channels) <= 0:
+            fail(f"every model dimension must be positive: {self}")
+        if self.channels % self.num_heads != 0:
+            fail(f"channels {self.channels} is not a multiple of heads {self.num_heads}")
+        if self.padded_vocab_size < self.vocab_size:
+            fail(f"padded vocab {self.padded_vocab_size} is smaller than vocab {self.vocab_size}")
+        if self.attn not in ATTN_KINDS:
+            fail(f"unknown attention kind {self.attn!r}")
+
+
+def round_up_vocab(vocab_size):
+    return (vocab_size + 127) // 128 * 128
+
+
+def parameter_shapes(cfg):
+    """(name, shape) of every parameter in model-file order; wte has V rows here, Vp in files."""
+    L, C = cfg.num_layers, cfg.channels
+    return [
+        ("wte", (cfg.vocab_size, C)),
+        ("wpe", (cfg.max_seq_len, C)),
+        ("ln1w", (L, C)),
+        ("ln1b", (L, C)),
+        ("qkvw", (L, 3 * C, C)),
+        ("qkvb", (L, 3 * C)),
+        ("attprojw", (L, C, C)),
+        ("attprojb", (L, C)),
+        ("ln2w", (L, C)),
+        ("ln2b", (L, C)),
+        ("fcw", (L, 4 * C, C)),
+        ("fcb", (L, 4 * C)),
+        ("fcprojw", (L, C, 4 * C)),
+        ("fcprojb", (L, C)),
+        ("lnfw", (C,)),
+        ("lnfb", (C,)),
+    ]
+
+
+# ----------------------------------------------------------------------------
+# Model
+
+
+def causal_attention(q, k, v, attn, use_sdpa):
+    """Attention of (B, NH, T, hs) queries over keys s <= t; returns (B, NH, T, hs)."""
+    if attn == "softmax" and use_sdpa:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    T, head_size = q.size(-2), q.size(-1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(head_size)
+    visible = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    if attn == "softmax":
+        weights = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
+    else:
+        # ReLU attention: each row is divided by its number of visible keys, t + 1.
+        visible_keys = torch.arange(1, T + 1, dtype=q.dtype, device=q.device).view(T, 1)
+        weights = F.relu(scores).masked_fill(~visible, 0.0) / visible_keys
+    return weights @ v
+
+
+class GPT(nn.Module):
+    """GPT-2 whose parameters are the model file's tensors, stacked over layers."""
+
+    def __init__(self, cfg, use_sdpa=False):
+        super().__init__()
+        self.cfg = cfg
+        self.use_sdpa = use_sdpa
+        for name, shape in parameter_shapes(cfg):
+            self.register_parameter(name, nn.Parameter(torch.empty(shape)))
+
+    def init_weights(self, seed):
+        torch.manual_seed(seed)
+        residual_std = INIT_STD / math.sqrt(2 * self.cfg.num_layers)
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if name in LAYERNORM_WEIGHTS:
+                    param.fill_(1.0)
+                elif name not in DECAYED_PARAMS:
+                    param.zero_()  # biases, LayerNorm biases
+                else:
+                    param.normal_(0.0, residual_std if name in RESIDUAL_PROJECTIONS else INIT_STD)
+
+    def attention(self, x, layer):
+        B, T, C = x.shape
+        num_heads = self.cfg.num_heads
+        qkv = F.linear(x, self.qkvw[layer], self.qkvb[layer])
+        q, k, v = (part.view(B, T, num_heads, C // num_heads).transpose(1, 2) for part in qkv.split(C, dim=-1))
+        y = causal_attention(q, k, v, self.cfg.attn, self.use_sdpa)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return F.linear(y, self.attprojw[layer], self.attprojb[layer])
+
+    def mlp(self, x, layer):
+        hidden = F.gelu(F.linear(x, self.fcw[layer], self.fcb[layer]), approximate="tanh")
+        return F.linear(hidden, self.fcprojw[layer], self.fcprojb[layer])
+
+    def forward(self, inputs, targets):
+        """(B, T) token ids -> (B, T, V) logits and the mean cross-entropy over all positions."""
+        C = self.cfg.channels
+        x = F.embedding(inputs, self.wte) + self.wpe[: inputs.size(1)]
+        for layer in range(self.cfg.num_layers):
+            x = x + self.attention(F.layer_norm(x, (C,), self.ln1w[layer], self.ln1b[layer], LAYERNORM_EPS), layer)
+            x = x + self.mlp(F.layer_norm(x, (C,), self.ln2w[layer], self.ln2b[layer], LAYERNORM_EPS), layer)
+        x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, LAYERNORM_EPS)
+        logits = F.linear(x, self.wte)  # tied output weights
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+
+def make_adamw(model, lr, betas, eps, weight_decay, fused):
+    """AdamW with weight decay only on the embeddings and the weight matrices."""
+    decayed = [p for name, p in model.named_parameters() if name in DECAYED_PARAMS]
+    undecayed = [p for name, p in model.named_parameters() if name not in DECAYED_PARAMS]
+    groups = [{"params": decayed, "weight_decay": weight_decay}, {"params": undecayed, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused, foreach=False)
+
+
+# ----------------------------------------------------------------------------
+# Files (little-endian; the C++ side reads exactly these layouts)
+
+
+def write_atomically(path, arrays):
+    """Writes the arrays back to back to a temporary file, then renames it into place."""
+    temp_path = f"{path}.tmp.{os.getpid()}"
+    with open(temp_path, "wb") as f:
+        for array in arrays:
+            f.write(np.ascontiguousarray(array).tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp_path, path)
+
+
+def int_header(magic, values):
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[: 2 + len(values)] = [magic, FILE_VERSION, *values]
+    return header
+
+
+def pad_rows(array, rows):
+    padded = np.zeros((rows, *array.shape[1:]), dtype=array.dtype)
+    padded[: array.shape[0]] = array
+    return padded
+
+
+def file_tensors(cfg, tensors):
+    """float32 arrays in model-file order and layout, from a name -> tensor mapping
+    (parameters or their gradients); wte gets its zero padding rows up to Vp."""
+    arrays = []
+    for name, _ in parameter_shapes(cfg):
+        array = tensors[name].detach().to("cpu", torch.float32).numpy().astype("<f4")
+        arrays.append(pad_rows(array, cfg.padded_vocab_size) if name == "wte" else array)
+    return arrays
+
+
+def write_model_file(path, model):
+    cfg = model.cfg
+    header = int_header(MODEL_MAGIC, [cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads,
+                                      cfg.channels, cfg.padded_vocab_size, ATTN_KINDS.index(cfg.attn)])
+    write_atomically(path, [header, *file_tensors(cfg, dict(model.named_parameters()))])
+
+
+def read_int_header(path, magic, f):
+    header = np.fromfile(f, dtype="<i4", count=HEADER_INTS)
+    if header.size != HEADER_INTS:
+        fail(f"{path}: file is shorter than its {HEADER_INTS}-int header")
+    if header[0] != magic:
+        fail(f"{path}: bad magic {header[0]} (expected {magic})")
+    return header
+
+
+def read_model_file(path):
+    """Returns the config and a name -> float32 tensor mapping (wte with its V used rows)."""
+    with open(path, "rb") as f:
+        header = read_int_header(path, MODEL_MAGIC, f)
+        if header[1] != FILE_VERSION:
+            fail(f"{path}: unsupported version {header[1]} (expected {FILE_VERSION})")
+        max_seq_len, vocab, layers, heads, channels, padded_vocab, attn_kind = (int(v) for v in header[2:9])
+        if not 0 <= attn_kind < len(ATTN_KINDS):
+            fail(f"{path}: unknown attention kind {attn_kind}")
+        cfg = GPTConfig(max_seq_len, vocab, padded_vocab, layers, heads, channels, ATTN_KINDS[attn_kind])
+        cfg.validate()
+        values = np.fromfile(f, dtype="<f4")
+    shapes = [(name, (padded_vocab, channels) if name == "wte" else shape) for name, shape in parameter_shapes(cfg)]
+    expected = sum(math.prod(shape) for _, shape in shapes)
+    if values.size != expected:
+        fail(f"{path}: holds {values.size} floats after the header, the config needs {expected}")
+    tensors, offset = {}, 0
+    for name, shape in shapes:
+        size = math.prod(shape)
+        tensors[name] = torch.from_numpy(values[offset : offset + size].reshape(shape).copy())
+        offset += size
+    tensors["wte"] = tensors["wte"][:vocab]
+    return cfg, tensors
+
+
+def write_state_file(path, cfg, hyperparams, inputs, targets, logits, loss, grads, step_losses):
+    """Debug state: the batch, the initial model's logits, loss and gradients, and the
+    loss before each of the AdamW steps taken on that batch."""
+    B, T = inputs.shape
+    header = int_header(STATE_MAGIC, [B, T, cfg.vocab_size, cfg.padded_vocab_size,
+                                      ATTN_KINDS.index(cfg.attn), len(step_losses)])
+    header[8:13] = np.array(hyperparams, dtype="<f4").view("<i4")  # lr, beta1, beta2, eps, weight_decay
+    flat_logits = logits.detach().to("cpu", torch.float32).numpy().reshape(B * T, cfg.vocab_size)
+    padded_logits = np.zeros((B * T, cfg.padded_vocab_size), dtype="<f4")
+    padded_logits[:, : cfg.vocab_size] = flat_logits
+    write_atomically(path, [
+        header,
+        inputs.cpu().numpy().astype("<i4"),
+        targets.cpu().numpy().astype("<i4"),
+        padded_logits,
+        np.array([loss], dtype="<f4"),
+        *file_tensors(cfg, grads),
+        np.array(step_losses, dtype="<f4"),
+    ])
+
+
+def read_shard_tokens(path):
+    """Tokens of a classic shard (256-int header: magic, version, count; then uint16 tokens)."""
+    with open(path, "rb") as f:
+        header = read_int_header(path, SHARD_MAGIC, f)
+    if header[1] != SHARD_VERSION:
+        fail(f"{path}: unsupported shard version {header[1]} (expected {SHARD_VERSION})")
+    count = int(header[2])
+    header_bytes = HEADER_INTS * 4
+    if os.path.getsize(path) != header_bytes + 2 * count:
+        fail(f"{path}: size does not match its token count {count}")
+    return np.memmap(path, dtype="<u2", mode="r", offset=header_bytes, shape=(count,))
+
+
+def batch_from_tokens(tokens, batch_size, seq_len):
+    """(B, T) inputs and their next-token targets from B*T+1 consecutive tokens."""
+    window = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
+    return window[:-1].view(batch_size, seq_len), window[1:].view(batch_size, seq_len)
+
+
+class ShardBatches:
+    """Consecutive B*T+1-token windows over the shards, in name order, cycling forever."""
+
+    def __init__(self, pattern, batch_size, seq_len, vocab_size):
+        self.paths = sorted(glob.glob(pattern))
+        if not self.paths:
+            fail(f"no shard matches {pattern!r}")
+        self.batch_size, self.seq_len, self.vocab_size = batch_size, seq_len, vocab_size
+        self.shard_index = -1
+        self.open_next_shard()
+
+    def open_next_shard(self):
+        self.shard_index = (self.shard_index + 1) % len(self.paths)
+        path = self.paths[self.shard_index]
+        self.tokens = read_shard_tokens(path)
+        if self.tokens.size < self.batch_size * self.seq_len + 1:
+            fail(f"{path}: {self.tokens.size} tokens, fewer than one batch of B*T+1")
+        self.position = 0
+
+    def next_batch(self):
+        window_len = self.batch_size * self.seq_len + 1
+        if self.position + window_len > self.tokens.size:
+            self.open_next_shard()
+        window = self.tokens[self.position : self.position + window_len]
+        if window.max() >= self.vocab_size:
+            fail(f"{self.paths[self.shard_index]}: token {window.max()} is outside the vocabulary")
+        self.position += window_len - 1  # the next window starts at this one's last token
+        return batch_from_tokens(window, self.batch_size, self.seq_len)
+
+
+# ----------------------------------------------------------------------------
+# Setup shared by both modes
+
+
+CONFIG_FLAGS = ("layers", "heads", "channels", "vocab", "max_seq_len")
+
+
+def config_from_args(args):
+    attn = args.attn or "softmax"
+    explicit = [getattr(args, name) for name in CONFIG_FLAGS]
+    if args.model is not None and any(v is not None for v in explicit):
+        fail("give either --model or the explicit config flags, not both")
+    if args.model is not None or all(v is None for v in explicit):
+        layers, heads, channels = MODEL_PRESETS[args.model or "d12"]
+        vocab, max_seq_len = PRESET_VOCAB, PRESET_MAX_SEQ_LEN
+    elif any(v is None for v in explicit):
+        fail("an explicit config needs all of --layers --heads --channels --vocab --max-seq-len")
+    else:
+        layers, heads, channels, vocab, max_seq_len = explicit
+    padded_vocab = args.padded_vocab if args.padded_vocab is not None else round_up_vocab(vocab)
+    cfg = GPTConfig(max_seq_len, vocab, padded_vocab, layers, heads, channels, attn)
+    cfg.validate()
+    return cfg
+
+
+def build_model(args, use_sdpa=False):
+    """The model from --init-from, or freshly initialised from --seed; always built on the
+    CPU first so that a seed gives the same weights on every device."""
+    if args.init_from is None:
+        model = GPT(config_from_args(args), use_sdpa)
+        model.init_weights(args.seed)
+        return model
+    config_flags_given = [f"--{n.replace('_', '-')}" for n in ("model", "padded_vocab", "attn", *CONFIG_FLAGS)
+                          if getattr(args, n) is not None]
+    if config_flags_given:
+        fail(f"--init-from takes the config from the file; drop {' '.join(config_flags_given)}")
+    cfg, tensors = read_model_file(args.init_from)
+    model = GPT(cfg, use_sdpa)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(tensors[name])
+    return model
+
+
+def check_seq_len(cfg, seq_len):
+    if not 0 < seq_len <= cfg.max_seq_len:
+        fail(f"--seq-len {seq_len} must be in 1..{cfg.max_seq_len} (the model's max sequence length)")
+
+
+def float32_hyperparameters(args, default_lr):
+    """lr, beta1, beta2, eps, weight_decay rounded to float32: the values the C++ side reads."""
+    lr = default_lr if args.lr is None else args.lr
+    return tuple(float(np.float32(v)) for v in (lr, args.beta1, args.beta2, args.eps, args.weight_decay))
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+# ----------------------------------------------------------------------------
+# Reference mode
+
+
+def reference_batch(args, cfg):
+    """The (B, T) batch: the first B*T+1 tokens of --tokens, or random tokens from --seed."""
+    count = args.batch * args.seq_len + 1
+    if args.tokens is not None:
+        tokens = read_shard_tokens(args.tokens)
+        if tokens.size < count:
+            fail(f"{args.tokens}: {tokens.size} tokens, fewer than B*T+1 = {count}")
+        tokens = tokens[:count]
+        if tokens.max() >= cfg.vocab_size:
+            fail(f"{args.tokens}: token {tokens.max()} is outside the vocabulary of {cfg.vocab_size}")
+    else:
+        generator = torch.Generator().manual_seed(args.seed)
+        tokens = torch.randint(cfg.vocab_size, (count,), generator=generator).numpy()
+    return batch_from_tokens(tokens, args.batch, args.seq_len)
+
+
+def run_reference(args, device):
+    if args.compile or args.flash or args.tf32:
+        fail("--compile, --flash and --tf32 apply only to training mode (--train-shards)")
+    if args.steps < 1:
+        fail("--steps must be at least 1")
+    torch.set_float32_matmul_precision("highest")  # TF32 off: true FP32 matmuls
+    model = build_model(args).to(device)
+    cfg = model.cfg
+    check_seq_len(cfg, args.seq_len)
+    print(f"config: {cfg}")
+    if args.write_model is not None:
+        write_model_file(args.write_model, model)
+        print(f"wrote {args.write_model}")
+    if args.write_state is None:
+        return
+
+    inputs, targets = (t.to(device) for t in reference_batch(args, cfg))
+    hyperparams = float32_hyperparameters(args, default_lr=1e-4)
+    lr, beta1, beta2, eps, weight_decay = hyperparams
+    optimizer = make_adamw(model, lr, (beta1, beta2), eps, weight_decay, fused=False)
+    step_losses = []
+    for step in range(args.steps):
+        optimizer.zero_grad(set_to_none=True)
+        logits, loss = model(inputs, targets)
+        loss.backward()
+        if step == 0:  # the initial model's outputs and gradients
+            initial_logits = logits.detach().cpu()
+            initial_grads = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()}
+        step_losses.append(loss.item())
+        print(f"step {step + 1}/{args.steps} loss {step_losses[-1]:.6f}")
+        optimizer.step()
+    write_state_file(args.write_state, cfg, hyperparams, inputs, targets, initial_logits, step_losses[0],
+                     initial_grads, step_losses)
+    print(f"wrote {args.write_state}")
+
+
+# ----------------------------------------------------------------------------
+# Training / benchmark mode
+
+
+def run_training(args, device):
+    if args.steps <= args.warmup_steps:
+        fail(f"--steps {args.steps} leaves no timed steps after {args.warmup_steps} warm-up steps")
+    torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
+    model = build_model(args, use_sdpa=args.flash).to(device)
+    cfg = model.cfg
+    check_seq_len(cfg, args.seq_len)
+    print(f"config: {cfg}")
+    lr, beta1, beta2, eps, weight_decay = float32_hyperparameters(args, default_lr=3e-4)
+    optimizer = make_adamw(model, lr, (beta1, beta2), eps, weight_decay, fused=True)
+    step_model = torch.compile(model) if args.compile else model
+    batches = ShardBatches(args.train_shards, args.batch, args.seq_len, cfg.vocab_size)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    timed_ms = []
+    for step in range(args.steps):
+        start = time.perf_counter()
+        inputs, targets = (t.to(device) for t in batches.next_batch())
+        optimizer.zero_grad(set_to_none=True)
+        _, loss = step_model(inputs, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        synchronize(device)
+        step_ms = (time.perf_counter() - start) * 1000
+        if step >= args.warmup_steps:
+            timed_ms.append(step_ms)
+        print(f"step {step + 1}/{args.steps} loss {loss.item():.6f} ms {step_ms:.2f}")
+
+    ms_per_step = sum(timed_ms) / len(timed_ms)
+    tokens_per_s = args.batch * args.seq_len / (ms_per_step / 1000)
+    peak_mem_gb = torch.cuda.max_memory_allocated() / 1e9 if device.type == "cuda" else 0.0
+    print(f"RESULT ms_per_step={ms_per_step:.3f} tok_per_s={tokens_per_s:.1f} peak_mem_gb={peak_mem_gb:.3f}")
+
+
+# ----------------------------------------------------------------------------
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    model = parser.add_argument_group("model (default --model d12; --init-from takes it from a model file)")
+    model.add_argument("--model", choices=sorted(MODEL_PRESETS), help="GPT-2 small/medium/large/XL")
+    model.add_argument("--layers", type=int)
+    model.add_argument("--heads", type=int)
+    model.add_argument("--channels", type=int)
+    model.add_argument("--vocab", type=int)
+    model.add_argument("--max-seq-len", type=int)
+    model.add_argument("--padded-vocab", type=int, help="default: vocab rounded up to a multiple of 128")
+    model.add_argument("--attn", choices=ATTN_KINDS, help="attention kind (default softmax)")
+    model.add_argument("--init-from", metavar="FILE", help="start from this model file instead of --seed")
+    model.add_argument("--seed", type=int, default=0, help="weights and random tokens")
+
+    run = parser.add_argument_group("run")
+    run.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
+    run.add_argument("--batch", type=int, default=4)
+    run.add_argument("--seq-len", type=int, default=64)
+    run.add_argument("--steps", type=int, default=10)
+    run.add_argument("--lr", type=float, help="default 1e-4 (reference) or 3e-4 (training)")
+    run.add_argument("--beta1", type=float, default=0.9)
+    run.add_argument("--beta2", type=float, default=0.999)
+    run.add_argument("--eps", type=float, default=1e-8)
+    run.add_argument("--weight-decay", type=float, default=0.1)
+
+    reference = parser.add_argument_group("reference mode")
+    reference.add_argument("--write-model", metavar="PATH", help="the initial model, as a model file")
+    reference.add_argument("--write-state", metavar="PATH", help="debug state of --steps AdamW steps on one batch")
+    reference.add_argument("--tokens", metavar="SHARD", help="take the batch from this shard, not random tokens")
+
+    training = parser.add_argument_group("training mode")
+    training.add_argument("--train-shards", metavar="PATTERN", help="glob of classic token shards")
+    training.add_argument("--warmup-steps", type=int, default=3, help="steps left out of the timing")
+    training.add_argument("--compile", action="store_true", help="torch.compile the model")
+    training.add_argument("--flash", action="store_true", help="SDPA for softmax attention")
+    training.add_argument("--tf32", action="store_true", help="TF32 matmuls")
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    if args.batch <= 0:
+        fail("--batch must be positive")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda, but CUDA is not available")
+    device = torch.device(args.device)
+    if args.train_shards is not None:
+        if args.write_model or args.write_state or args.tokens:
+            fail("--write-model, --write-state and --tokens apply only to reference mode")
+        run_training(args, device)
+    elif args.write_model is None and args.write_state is None:
+        fail("nothing to do: give --write-model/--write-state (reference) or --train-shards (training)")
+    else:
+        run_reference(args, device)
+
+
+if __name__ == "__main__":
+    main()
