@@ -753,7 +753,7 @@ typedef struct {
     AttentionKind attention;
 } GPT2Config;
 
-static inline const char* parameter_name(int i) {
+[[maybe_unused]] static inline const char* parameter_name(int i) {
     static const char* names[NUM_PARAMETER_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb",
                                                        "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
                                                        "fcprojw", "fcprojb", "lnfw", "lnfb"};

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Breaks the trainer on purpose, one mutation per build, and checks that test_gpt2_fp32 then
+# FAILS on the committed fixtures in full FP32 (it must, or the test could not catch the bug).
+# Needs a GPU. Usage: scripts/mutation_check.sh [GPU_ARCH]
+set -u
+cd "$(dirname "$0")/.."
+arch=${1:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '.')}
+fixtures=dev/test/fixtures
+
+# name | fixtures it must fail on | sed expression applied to train_gpt2_fp32.cu
+mutations=(
+  "relu forward without 1/(t+1)|relu|s#fmaxf(x\[s\], 0.0f) \* inv_visible#fmaxf(x[s], 0.0f)#"
+  "relu backward without 1/(t+1)|relu|s#d\[s\] \* inv_visible#d[s]#"
+  "attprojb gradient not computed|softmax relu|s#g.attprojb + l \* C,#NULL,#"
+  "bias gradient sums one row chunk|softmax|s#for (unsigned int y = 0; y < gridDim.y; y++)#for (unsigned int y = 0; y < 1; y++)#"
+  "GELU derivative without the 3 in 3*0.044715*x^2|softmax|s#(1.0f + 3.0f \* 0.044715f \* x \* x)#(1.0f + 0.044715f * x * x)#"
+  "GELU derivative without its sech^2 term|softmax|s#0.5f \* (1.0f + th) + 0.5f \* x \* sech2#0.5f * (1.0f + th) + 0.0f * x * sech2#"
+  "softmax backward without the dot term|softmax|s#a\[s\] \* (d\[s\] - dot)#a[s] * d[s]#"
+  "weight decay on every tensor|softmax|s#(table.decay_mask >> tensor) \& 1u ? weight_decay : 0.0f#weight_decay#"
+  "layernorm backward without mean_g_xhat|softmax|s#- xhat \* mean_g_xhat#- xhat * 0.0f#"
+)
+
+caught=0
+missed=0
+for entry in "${mutations[@]}"; do
+  IFS='|' read -r name kinds expression <<< "$entry"
+  dir=build/mutants/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')
+  mkdir -p "$dir"
+  sed "$expression" train_gpt2_fp32.cu > "$dir/train_gpt2_fp32.cu"
+  cp test_gpt2_fp32.cu "$dir/"
+  if cmp -s train_gpt2_fp32.cu "$dir/train_gpt2_fp32.cu"; then
+    echo "NOT APPLIED  $name (the pattern no longer matches the source)"
+    missed=$((missed + 1))
+    continue
+  fi
+  ( nvcc -O3 -std=c++17 -gencode arch=compute_$arch,code=sm_$arch -I. "$dir/test_gpt2_fp32.cu" -o "$dir/test" \
+      -lcublasLt -lcublas > "$dir/build.log" 2>&1 ) &
+done
+wait
+
+for entry in "${mutations[@]}"; do
+  IFS='|' read -r name kinds expression <<< "$entry"
+  dir=build/mutants/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')
+  [ -x "$dir/test" ] || continue
+  for kind in $kinds; do
+    if "$dir/test" -f 0 -m $fixtures/gpt2_small_${kind}_model.bin -s $fixtures/gpt2_small_${kind}_state.bin > "$dir/$kind.log" 2>&1; then
+      echo "MISSED       $name ($kind): the test passed"
+      missed=$((missed + 1))
+    else
+      echo "caught       $name ($kind): $(grep -c 'FAIL$' "$dir/$kind.log") checks failed, first: $(grep -m1 'FAIL$' "$dir/$kind.log" | cut -c1-22)"
+      caught=$((caught + 1))
+    fi
+  done
+done
+echo "mutations: $caught caught, $missed missed"
+[ "$missed" -eq 0 ]
