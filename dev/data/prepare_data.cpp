@@ -1,0 +1,91 @@
+// prepare_data: GPT-2 tokenization and token shards. Run from the repository root.
+//   ./prepare_data encode FILE        token ids of FILE's bytes, on one line
+//   ./prepare_data decode             ids from stdin, their bytes to stdout
+//   ./prepare_data tinyshakespeare [--force] [--threads N]
+//       dev/data/tiny_shakespeare.txt -> dev/data/tinyshakespeare/tiny_shakespeare_{val,train}.bin
+//   ./prepare_data shards -o OUT_PREFIX [--shard-size N] [--threads N] [--force] INPUT...
+//       INPUT: a .txt file (one document), a .jsonl file (one document per line, its "text"
+//       field) or a directory (its .txt and .jsonl files, recursively, sorted by path).
+//       Writes OUT_PREFIX_val_000000.bin, then OUT_PREFIX_train_000001.bin, ...
+#include "dev/data/prepare_data.h"
+
+#define ENCODER_PATH "dev/data/gpt2_encoder.json"
+#define TINYSHAKESPEARE_TEXT "dev/data/tiny_shakespeare.txt"
+#define TINYSHAKESPEARE_DIR "dev/data/tinyshakespeare"
+
+static const char* const USAGE =
+    "usage: ./prepare_data encode FILE | decode | tinyshakespeare [--force] [--threads N] | "
+    "shards -o OUT_PREFIX [--shard-size N] [--threads N] [--force] INPUT...";
+
+[[noreturn]] static void usage_error(const char* problem, const char* arg) {
+    fprintf(stderr, "%s\n", USAGE);
+    fail("%s%s", problem, arg);
+}
+
+static int64_t parse_positive(const char* flag, const char* text, int64_t max) {
+    char* end = NULL;
+    errno = 0;
+    long long value = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || value <= 0 || value > max) {
+        fprintf(stderr, "%s\n", USAGE);
+        fail("%s needs an integer in [1, %lld], got \"%s\"", flag, (long long)max, text);
+    }
+    return value;
+}
+
+static int default_threads(void) {
+    unsigned cores = std::thread::hardware_concurrency();
+    return cores > 0 ? (int)cores : 1;
+}
+
+// Parses the flags of the tinyshakespeare and shards modes (argv[2] onwards).
+static PrepareOptions parse_options(int argc, char** argv, bool allow_inputs) {
+    PrepareOptions options;
+    options.threads = default_threads();
+    for (int i = 2; i < argc; i++) {
+        std::string arg = argv[i];
+        bool has_value = i + 1 < argc;
+        if (arg == "--force") {
+            options.force = true;
+        } else if (arg == "--threads" && has_value) {
+            options.threads = (int)parse_positive("--threads", argv[++i], 1024);
+        } else if (arg == "--shard-size" && has_value && allow_inputs) {
+            options.shard_size = parse_positive("--shard-size", argv[++i], INT32_MAX);
+        } else if (arg == "-o" && has_value && allow_inputs) {
+            options.out_prefix = argv[++i];
+        } else if (allow_inputs && arg[0] != '-') {
+            options.inputs.push_back(arg);
+        } else {
+            usage_error("bad argument: ", argv[i]);
+        }
+    }
+    if (allow_inputs && options.out_prefix.empty()) { usage_error("shards needs -o OUT_PREFIX", ""); }
+    if (allow_inputs && options.inputs.empty()) { usage_error("shards needs at least one INPUT", ""); }
+    return options;
+}
+
+int main(int argc, char** argv) {
+    if (argc < 2) { usage_error("no mode given", ""); }
+    std::string mode = argv[1];
+    bool known = mode == "encode" || mode == "decode" || mode == "tinyshakespeare" || mode == "shards";
+    if (!known) { usage_error("unknown mode: ", argv[1]); }
+    if (mode == "encode" && argc != 3) { usage_error("encode takes one FILE", ""); }
+    if (mode == "decode" && argc != 2) { usage_error("decode takes no arguments", ""); }
+    PrepareOptions options;
+    if (mode == "tinyshakespeare" || mode == "shards") { options = parse_options(argc, argv, mode == "shards"); }
+
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, ENCODER_PATH);
+    if (mode == "encode") {
+        print_encoding(&tokenizer, argv[2], stdout);
+    } else if (mode == "decode") {
+        decode_ids(&tokenizer, stdin, stdout);
+    } else if (mode == "tinyshakespeare") {
+        prepare_tinyshakespeare(&tokenizer, TINYSHAKESPEARE_TEXT, TINYSHAKESPEARE_DIR, &options);
+    } else {
+        prepare_shards(&tokenizer, &options);
+    }
+    tokenizer_free(&tokenizer);
+    if (fflush(stdout) != 0) { fail("cannot write to stdout: %s", strerror(errno)); }
+    return 0;
+}

@@ -1,0 +1,678 @@
+// Logic of the data preparation tool (main() is in prepare_data.cpp; the tests call these
+// functions directly): GPT-2 token ids of a file and back, the tiny Shakespeare shards,
+// and shards of any .txt/.jsonl corpus.
+//
+// Documents are encoded in parallel and written in document order, so the output does
+// not depend on the thread count. Every document is preceded by the end-of-text token.
+// Shards use the dataloader's format (llmc/dataloader.h) and are written atomically;
+// an existing output is only replaced with `force`.
+#pragma once
+
+#include <ctype.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/utils.h"
+
+struct PrepareOptions {
+    int threads = 1;                  // encoding threads
+    bool force = false;               // replace existing outputs
+    bool verbose = true;              // progress line on stderr, written files on stdout
+    int64_t shard_size = 100000000;   // tokens per shard (shards mode)
+    std::string out_prefix;           // shards mode: OUT_PREFIX_val_000000.bin, OUT_PREFIX_train_000001.bin, ...
+    std::vector<std::string> inputs;  // shards mode: directories, .txt and .jsonl files
+};
+
+// Tokens in the tiny Shakespeare validation shard; the rest go to the training shard.
+#define TINYSHAKESPEARE_VAL_TOKENS 32768
+
+// ---------------------------------------------------------------------------------
+// Small helpers.
+
+static inline std::string read_whole_file(const char* path) {
+    int64_t bytes = file_size(path);
+    if (bytes < 0) { fail("cannot open %s: %s", path, strerror(errno)); }
+    std::string text((size_t)bytes, '\0');
+    FILE* f = fopen_or_fail(path, "rb");
+    fread_or_fail(&text[0], 1, text.size(), f, path);
+    fclose(f);
+    return text;
+}
+
+static inline bool has_suffix(const std::string& text, const char* suffix) {
+    size_t n = strlen(suffix);
+    return text.size() >= n && text.compare(text.size() - n, n, suffix) == 0;
+}
+
+static inline double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ---------------------------------------------------------------------------------
+// JSON Lines: the "text" string of one line's object.
+
+struct JsonlCursor {
+    const char* start;  // beginning of the line, for error columns
+    const char* p;
+    const char* end;
+    const char* error;  // first problem found, or NULL
+};
+
+static inline bool jsonl_error(JsonlCursor* c, const char* message) {
+    if (c->error == NULL) { c->error = message; }
+    return false;
+}
+
+static inline bool jsonl_is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
+
+static inline void jsonl_skip_space(JsonlCursor* c) {
+    while (c->p < c->end && jsonl_is_space(*c->p)) { c->p++; }
+}
+
+static inline bool jsonl_consume(JsonlCursor* c, char expected) {
+    jsonl_skip_space(c);
+    if (c->p < c->end && *c->p == expected) {
+        c->p++;
+        return true;
+    }
+    return false;
+}
+
+static inline void jsonl_append_utf8(std::string* out, uint32_t cp) {
+    if (cp < 0x80) {
+        out->push_back((char)cp);
+    } else if (cp < 0x800) {
+        out->push_back((char)(0xC0 | (cp >> 6)));
+        out->push_back((char)(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+        out->push_back((char)(0xE0 | (cp >> 12)));
+        out->push_back((char)(0x80 | ((cp >> 6) & 0x3F)));
+        out->push_back((char)(0x80 | (cp & 0x3F)));
+    } else {
+        out->push_back((char)(0xF0 | (cp >> 18)));
+        out->push_back((char)(0x80 | ((cp >> 12) & 0x3F)));
+        out->push_back((char)(0x80 | ((cp >> 6) & 0x3F)));
+        out->push_back((char)(0x80 | (cp & 0x3F)));
+    }
+}
+
+// The 4 hex digits after "\u".
+static inline bool jsonl_hex4(JsonlCursor* c, uint32_t* value) {
+    if (c->end - c->p < 4) { return jsonl_error(c, "truncated \\u escape"); }
+    *value = 0;
+    for (int i = 0; i < 4; i++) {
+        char h = *c->p++;
+        uint32_t digit;
+        if (h >= '0' && h <= '9') { digit = (uint32_t)(h - '0'); }
+        else if (h >= 'a' && h <= 'f') { digit = (uint32_t)(h - 'a' + 10); }
+        else if (h >= 'A' && h <= 'F') { digit = (uint32_t)(h - 'A' + 10); }
+        else { return jsonl_error(c, "bad hex digit in \\u escape"); }
+        *value = *value * 16 + digit;
+    }
+    return true;
+}
+
+// A \uXXXX escape (the cursor is after "\u"), joining a UTF-16 surrogate pair.
+static inline bool jsonl_unicode_escape(JsonlCursor* c, std::string* out) {
+    uint32_t cp;
+    if (!jsonl_hex4(c, &cp)) { return false; }
+    if (cp >= 0xDC00 && cp <= 0xDFFF) { return jsonl_error(c, "unpaired low surrogate in \\u escape"); }
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+        uint32_t low;
+        if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != 'u') {
+            return jsonl_error(c, "unpaired high surrogate in \\u escape");
+        }
+        c->p += 2;
+        if (!jsonl_hex4(c, &low)) { return false; }
+        if (low < 0xDC00 || low > 0xDFFF) { return jsonl_error(c, "unpaired high surrogate in \\u escape"); }
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+    }
+    if (out != NULL) { jsonl_append_utf8(out, cp); }
+    return true;
+}
+
+// A string at the cursor, unescaped into `out` (NULL: just skipped).
+static inline bool jsonl_string(JsonlCursor* c, std::string* out) {
+    if (!jsonl_consume(c, '"')) { return jsonl_error(c, "expected a string"); }
+    if (out != NULL) { out->clear(); }
+    while (c->p < c->end) {
+        const char* run = c->p;
+        while (c->p < c->end && *c->p != '"' && *c->p != '\\' && (unsigned char)*c->p >= 0x20) { c->p++; }
+        if (out != NULL) { out->append(run, (size_t)(c->p - run)); }
+        if (c->p == c->end) { break; }
+        char ch = *c->p++;
+        if (ch == '"') { return true; }
+        if (ch != '\\') { return jsonl_error(c, "control character inside a string"); }
+        if (c->p == c->end) { break; }
+        char escape = *c->p++;
+        char plain;
+        switch (escape) {
+            case '"': plain = '"'; break;
+            case '\\': plain = '\\'; break;
+            case '/': plain = '/'; break;
+            case 'b': plain = '\b'; break;
+            case 'f': plain = '\f'; break;
+            case 'n': plain = '\n'; break;
+            case 'r': plain = '\r'; break;
+            case 't': plain = '\t'; break;
+            case 'u':
+                if (!jsonl_unicode_escape(c, out)) { return false; }
+                continue;
+            default: return jsonl_error(c, "bad escape in a string");
+        }
+        if (out != NULL) { out->push_back(plain); }
+    }
+    return jsonl_error(c, "unterminated string");
+}
+
+static inline bool jsonl_digits(JsonlCursor* c) {
+    const char* first = c->p;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') { c->p++; }
+    return c->p > first;
+}
+
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+static inline bool jsonl_number(JsonlCursor* c) {
+    if (c->p < c->end && *c->p == '-') { c->p++; }
+    if (c->p < c->end && *c->p == '0') {
+        c->p++;
+    } else if (!jsonl_digits(c)) {
+        return jsonl_error(c, "bad number");
+    }
+    if (c->p < c->end && *c->p == '.') {
+        c->p++;
+        if (!jsonl_digits(c)) { return jsonl_error(c, "bad number"); }
+    }
+    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+        c->p++;
+        if (c->p < c->end && (*c->p == '+' || *c->p == '-')) { c->p++; }
+        if (!jsonl_digits(c)) { return jsonl_error(c, "bad number"); }
+    }
+    return true;
+}
+
+static inline bool jsonl_literal(JsonlCursor* c, const char* word) {
+    size_t n = strlen(word);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) { return jsonl_error(c, "unexpected character"); }
+    c->p += n;
+    return true;
+}
+
+static inline bool jsonl_skip_value(JsonlCursor* c, int depth);
+
+// The members of an object or elements of an array, after its opening bracket.
+// For an object, `on_member` sees each key and then parses or skips its value.
+static inline bool jsonl_container(JsonlCursor* c, char close, int depth,
+                                  const std::function<bool(const std::string&)>& on_member) {
+    if (jsonl_consume(c, close)) { return true; }
+    std::string key;
+    do {
+        if (close == '}') {
+            if (!jsonl_string(c, &key)) { return false; }
+            if (!jsonl_consume(c, ':')) { return jsonl_error(c, "expected ':' after an object key"); }
+            if (!on_member(key)) { return false; }
+        } else if (!jsonl_skip_value(c, depth)) {
+            return false;
+        }
+    } while (jsonl_consume(c, ','));
+    if (!jsonl_consume(c, close)) {
+        return jsonl_error(c, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+    return true;
+}
+
+// Skips any value, nested at most 256 deep.
+static inline bool jsonl_skip_value(JsonlCursor* c, int depth) {
+    if (depth > 256) { return jsonl_error(c, "nested too deeply"); }
+    jsonl_skip_space(c);
+    if (c->p == c->end) { return jsonl_error(c, "expected a value"); }
+    auto skip_member = [&](const std::string&) { return jsonl_skip_value(c, depth + 1); };
+    switch (*c->p) {
+        case '"': return jsonl_string(c, NULL);
+        case '{': c->p++; return jsonl_container(c, '}', depth + 1, skip_member);
+        case '[': c->p++; return jsonl_container(c, ']', depth + 1, skip_member);
+        case 't': return jsonl_literal(c, "true");
+        case 'f': return jsonl_literal(c, "false");
+        case 'n': return jsonl_literal(c, "null");
+        default: return jsonl_number(c);
+    }
+}
+
+// Extracts the "text" string of the JSON object on one line (the last one if repeated).
+// On failure returns false with `error` describing the problem and its column.
+static inline bool parse_jsonl_text(const char* line, size_t len, std::string* text, std::string* error) {
+    JsonlCursor c = {line, line, line + len, NULL};
+    bool found = false;
+    auto on_member = [&](const std::string& key) {
+        if (key != "text") { return jsonl_skip_value(&c, 1); }
+        jsonl_skip_space(&c);
+        if (c.p == c.end || *c.p != '"') { return jsonl_error(&c, "the \"text\" field is not a string"); }
+        found = true;
+        return jsonl_string(&c, text);
+    };
+    bool ok = jsonl_consume(&c, '{') ? jsonl_container(&c, '}', 1, on_member) : jsonl_error(&c, "expected an object");
+    if (ok) { jsonl_skip_space(&c); }
+    if (ok && c.p != c.end) { ok = jsonl_error(&c, "unexpected characters after the object"); }
+    if (ok && !found) { ok = jsonl_error(&c, "the object has no \"text\" field"); }
+    if (!ok) {
+        char where[64];
+        snprintf(where, sizeof(where), " (column %lld)", (long long)(c.p - c.start) + 1);
+        *error = std::string(c.error) + where;
+    }
+    return ok;
+}
+
+// ---------------------------------------------------------------------------------
+// Inputs: documents from .txt files (one each) and .jsonl files (one per line).
+
+// A directory's .txt and .jsonl files, recursively, sorted by path (byte order).
+static inline std::vector<std::string> files_in_directory(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> files;
+    std::error_code ec;
+    fs::recursive_directory_iterator it(dir, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+        std::string path = it->path().string();
+        if (it->is_regular_file(ec) && (has_suffix(path, ".txt") || has_suffix(path, ".jsonl"))) {
+            files.push_back(path);
+        }
+    }
+    if (ec) { fail("cannot list directory %s: %s", dir.c_str(), ec.message().c_str()); }
+    if (files.empty()) { fail("directory %s has no .txt or .jsonl files", dir.c_str()); }
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+// The input files in order: each argument in turn, a directory expanded in place.
+static inline std::vector<std::string> collect_input_files(const std::vector<std::string>& inputs) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> files;
+    for (const std::string& input : inputs) {
+        std::error_code ec;
+        if (fs::is_directory(input, ec)) {
+            std::vector<std::string> found = files_in_directory(input);
+            files.insert(files.end(), found.begin(), found.end());
+        } else if (!fs::exists(input, ec)) {
+            fail("input %s does not exist", input.c_str());
+        } else if (has_suffix(input, ".txt") || has_suffix(input, ".jsonl")) {
+            files.push_back(input);
+        } else {
+            fail("input %s is not a directory, .txt or .jsonl file", input.c_str());
+        }
+    }
+    return files;
+}
+
+struct DocumentReader {
+    std::vector<std::string> files;
+    size_t next_file = 0;
+    FILE* jsonl = NULL;  // the .jsonl file being read, if any
+    std::string jsonl_path;
+    int64_t line_number = 0;
+    char* line = NULL;
+    size_t line_capacity = 0;
+};
+
+// The next document of a .jsonl file being read; false at its end. Blank lines are skipped.
+static inline bool next_jsonl_document(DocumentReader* reader, std::string* doc) {
+    ssize_t len;
+    while ((len = getline(&reader->line, &reader->line_capacity, reader->jsonl)) >= 0) {
+        reader->line_number++;
+        if (reader->line[len - 1] == '\n') { len--; }
+        const char* line = reader->line;
+        if (std::all_of(line, line + len, jsonl_is_space)) { continue; }
+        std::string error;
+        if (!parse_jsonl_text(line, (size_t)len, doc, &error)) {
+            fail("%s:%lld: bad JSON line: %s", reader->jsonl_path.c_str(), (long long)reader->line_number,
+                 error.c_str());
+        }
+        return true;
+    }
+    if (ferror(reader->jsonl)) { fail("%s: read failed: %s", reader->jsonl_path.c_str(), strerror(errno)); }
+    fclose(reader->jsonl);
+    reader->jsonl = NULL;
+    return false;
+}
+
+// The next document of all inputs; false when they are exhausted.
+static inline bool next_document(DocumentReader* reader, std::string* doc) {
+    for (;;) {
+        if (reader->jsonl != NULL && next_jsonl_document(reader, doc)) { return true; }
+        if (reader->next_file == reader->files.size()) { return false; }
+        const std::string& path = reader->files[reader->next_file++];
+        if (has_suffix(path, ".txt")) {
+            *doc = read_whole_file(path.c_str());
+            return true;
+        }
+        reader->jsonl = fopen_or_fail(path.c_str(), "rb");
+        reader->jsonl_path = path;
+        reader->line_number = 0;
+    }
+}
+
+static inline void document_reader_free(DocumentReader* reader) {
+    if (reader->jsonl != NULL) { fclose(reader->jsonl); }
+    free(reader->line);
+    reader->line = NULL;
+}
+
+// ---------------------------------------------------------------------------------
+// Parallel encoding in document order.
+
+typedef std::function<bool(std::string*)> DocumentSource;           // next document; false at the end
+typedef std::function<void(const std::vector<uint32_t>&)> TokenSink;  // one document's tokens, in order
+
+struct Progress {
+    bool enabled;
+    bool to_terminal;
+    double start_time, last_print_time;
+    int64_t documents, tokens, bytes;
+};
+
+static inline void progress_print(Progress* p, bool final) {
+    double now = seconds_now();
+    if (!p->enabled || (!final && now - p->last_print_time < 1.0)) { return; }
+    p->last_print_time = now;
+    double mb_per_s = (double)p->bytes / 1e6 / std::max(now - p->start_time, 1e-9);
+    fprintf(stderr, "%s%lld documents, %lld tokens, %.1f MB/s%s", p->to_terminal ? "\r" : "",
+            (long long)p->documents, (long long)p->tokens, mb_per_s, final || !p->to_terminal ? "\n" : "");
+    fflush(stderr);
+}
+
+// A batch of documents and, once encoded, their tokens (end-of-text first).
+struct EncodeRound {
+    std::vector<std::string> docs;
+    std::vector<std::vector<uint32_t>> tokens;
+    size_t bytes = 0;
+    std::atomic<size_t> next_doc{0};  // the next document for a thread to take
+};
+
+// Reads documents into `round` until it holds `round_bytes` of text or the source ends.
+static inline void read_round(const DocumentSource& source, size_t round_bytes, EncodeRound* round) {
+    round->docs.clear();
+    round->bytes = 0;
+    std::string doc;
+    while (round->bytes < round_bytes && source(&doc)) {
+        round->bytes += doc.size();
+        round->docs.push_back(std::move(doc));
+    }
+    round->tokens.resize(round->docs.size());
+    round->next_doc = 0;
+}
+
+// Takes and encodes documents of `round` until none is left; threads share a round.
+static inline void encode_round_work(const Tokenizer* tokenizer, EncodeRound* round) {
+    for (size_t i = round->next_doc++; i < round->docs.size(); i = round->next_doc++) {
+        std::vector<uint32_t>& out = round->tokens[i];
+        out.clear();
+        out.push_back(tokenizer->eot_token);
+        tokenizer_encode(tokenizer, round->docs[i].data(), round->docs[i].size(), &out);
+    }
+}
+
+static inline void sink_round(const EncodeRound& round, const TokenSink& sink, Progress* progress) {
+    for (size_t i = 0; i < round.docs.size(); i++) {
+        sink(round.tokens[i]);
+        progress->tokens += (int64_t)round.tokens[i].size();
+    }
+    progress->documents += (int64_t)round.docs.size();
+    progress->bytes += (int64_t)round.bytes;
+    progress_print(progress, false);
+}
+
+// Encodes every document of `source` on `threads` threads and hands the tokens to `sink`
+// in document order. While helper threads encode one round, the calling thread sinks
+// the round before and reads the round after, then joins the encoding.
+static inline void encode_documents(const Tokenizer* tokenizer, int threads, bool verbose,
+                                    const DocumentSource& source, const TokenSink& sink) {
+    double start = seconds_now();
+    Progress progress = {verbose, isatty(STDERR_FILENO) == 1, start, start, 0, 0, 0};
+    size_t round_bytes = (size_t)std::max(threads, 2) << 21;  // 2 MB of text per thread
+    EncodeRound rounds[2];
+    EncodeRound* current = &rounds[0];  // read, to encode now
+    EncodeRound* other = &rounds[1];    // encoded and not yet sunk, then the next to read
+    read_round(source, round_bytes, current);
+    while (!current->docs.empty()) {
+        std::vector<std::thread> helpers;
+        for (int t = 1; t < threads; t++) { helpers.emplace_back(encode_round_work, tokenizer, current); }
+        sink_round(*other, sink, &progress);
+        read_round(source, round_bytes, other);
+        encode_round_work(tokenizer, current);
+        for (std::thread& helper : helpers) { helper.join(); }
+        std::swap(current, other);
+    }
+    sink_round(*other, sink, &progress);
+    progress_print(&progress, true);
+}
+
+// ---------------------------------------------------------------------------------
+// Shards.
+
+// Appends ids as uint16; an id above 65535 is a fatal error.
+static inline void append_uint16(const uint32_t* ids, size_t count, std::vector<uint16_t>* out) {
+    uint32_t any_bits = 0;
+    for (size_t i = 0; i < count; i++) { any_bits |= ids[i]; }
+    for (size_t i = 0; any_bits > 0xFFFF && i < count; i++) {
+        if (ids[i] > 0xFFFF) { fail("token id %u does not fit in a uint16 shard", ids[i]); }
+    }
+    size_t old_size = out->size();
+    out->resize(old_size + count);
+    uint16_t* dst = out->data() + old_size;
+    for (size_t i = 0; i < count; i++) { dst[i] = (uint16_t)ids[i]; }
+}
+
+// Writes one shard atomically; an existing file is replaced only with `force`.
+static inline void write_shard(const std::string& path, const uint16_t* tokens, size_t count, bool force,
+                               bool verbose) {
+    if (!force && file_exists(path.c_str())) { fail("%s already exists (use --force to overwrite)", path.c_str()); }
+    if (count > (size_t)INT32_MAX) { fail("%s: %zu tokens do not fit in one shard", path.c_str(), count); }
+    int32_t header[DATALOADER_HEADER_INTS] = {0};
+    header[0] = DATALOADER_MAGIC;
+    header[1] = DATALOADER_VERSION;
+    header[2] = (int32_t)count;
+    AtomicFile out;
+    open_atomic(&out, path.c_str());
+    fwrite_or_fail(header, sizeof(int32_t), DATALOADER_HEADER_INTS, out.file, out.tmp_path);
+    fwrite_or_fail(tokens, sizeof(uint16_t), count, out.file, out.tmp_path);
+    commit_atomic(&out);
+    if (verbose) {
+        printf("wrote %s (%zu tokens)\n", path.c_str(), count);
+        fflush(stdout);
+    }
+}
+
+static inline void make_parent_directories(const std::string& path) {
+    std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) { std::filesystem::create_directories(parent, ec); }
+    if (ec) { fail("cannot create directory %s: %s", parent.string().c_str(), ec.message().c_str()); }
+}
+
+// Shard `index` of a prefix: index 0 is the validation shard, the others training shards.
+static inline std::string shard_path(const std::string& prefix, int64_t index) {
+    char suffix[64];
+    snprintf(suffix, sizeof(suffix), "_%s_%06lld.bin", index == 0 ? "val" : "train", (long long)index);
+    return prefix + suffix;
+}
+
+// The number in a file name BASE_val_NNNNNN.bin or BASE_train_NNNNNN.bin, else -1.
+static inline int64_t shard_number(const std::string& name, const std::string& base) {
+    for (const char* split : {"_val_", "_train_"}) {
+        std::string head = base + split;
+        bool numbered = name.size() == head.size() + 10 && name.compare(0, head.size(), head) == 0 &&
+                        has_suffix(name, ".bin") &&
+                        std::all_of(name.begin() + (long)head.size(), name.end() - 4,
+                                    [](char ch) { return ch >= '0' && ch <= '9'; });
+        if (numbered) { return atoll(name.c_str() + head.size()); }
+    }
+    return -1;
+}
+
+// Existing files named like shards of `prefix`, in shard order.
+static inline std::vector<std::string> existing_shards(const std::string& prefix) {
+    namespace fs = std::filesystem;
+    fs::path prefix_path(prefix);
+    fs::path dir = prefix_path.parent_path().empty() ? fs::path(".") : prefix_path.parent_path();
+    std::string base = prefix_path.filename().string();
+    std::string dir_part = prefix.substr(0, prefix.size() - base.size());  // as spelled in shard_path()
+    std::vector<std::pair<int64_t, std::string>> numbered;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::string name = it->path().filename().string();
+        int64_t number = shard_number(name, base);
+        if (number >= 0) { numbered.emplace_back(number, dir_part + name); }
+    }
+    std::sort(numbered.begin(), numbered.end());
+    std::vector<std::string> found;
+    for (const auto& shard : numbered) { found.push_back(shard.second); }
+    return found;
+}
+
+// Collects tokens and writes them as shards of `shard_size` tokens, the last one partial.
+struct ShardWriter {
+    std::string prefix;
+    int64_t shard_size;
+    bool force, verbose;
+    std::vector<uint16_t> pending;       // tokens of the shard being filled
+    std::vector<std::string> written;    // paths written so far
+};
+
+static inline void shard_writer_flush(ShardWriter* w) {
+    std::string path = shard_path(w->prefix, (int64_t)w->written.size());
+    write_shard(path, w->pending.data(), w->pending.size(), w->force, w->verbose);
+    w->written.push_back(path);
+    w->pending.clear();
+}
+
+static inline void shard_writer_add(ShardWriter* w, const std::vector<uint32_t>& ids) {
+    for (size_t taken = 0; taken < ids.size();) {
+        size_t count = std::min((size_t)w->shard_size - w->pending.size(), ids.size() - taken);
+        append_uint16(ids.data() + taken, count, &w->pending);
+        taken += count;
+        if (w->pending.size() == (size_t)w->shard_size) { shard_writer_flush(w); }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The tool's modes.
+
+// `encode`: the token ids of a file's bytes on one line.
+static inline void print_encoding(const Tokenizer* tokenizer, const char* path, FILE* out) {
+    std::string text = read_whole_file(path);
+    std::vector<uint32_t> ids;
+    tokenizer_encode(tokenizer, text.data(), text.size(), &ids);
+    std::string line;
+    for (size_t i = 0; i < ids.size(); i++) {
+        if (i > 0) { line.push_back(' '); }
+        line += std::to_string(ids[i]);
+    }
+    line.push_back('\n');
+    fwrite_or_fail(line.data(), 1, line.size(), out, "output");
+}
+
+// `decode`: whitespace-separated ids from `in`, their bytes to `out` (nothing if any id is bad).
+static inline void decode_ids(const Tokenizer* tokenizer, FILE* in, FILE* out) {
+    std::string text;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0) { text.append(buf, n); }
+    if (ferror(in)) { fail("decode: read failed: %s", strerror(errno)); }
+    std::vector<uint32_t> ids;
+    for (size_t pos = 0; pos < text.size();) {
+        if (isspace((unsigned char)text[pos])) {
+            pos++;
+            continue;
+        }
+        size_t end = pos;
+        while (end < text.size() && !isspace((unsigned char)text[end])) { end++; }
+        std::string word = text.substr(pos, end - pos);
+        bool digits = std::all_of(word.begin(), word.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+        errno = 0;
+        unsigned long long id = digits ? strtoull(word.c_str(), NULL, 10) : 0;
+        if (!digits || errno != 0 || id >= tokenizer->vocab_size) {
+            fail("decode: bad token id \"%s\" (ids are integers below %u)", word.c_str(), tokenizer->vocab_size);
+        }
+        ids.push_back((uint32_t)id);
+        pos = end;
+    }
+    for (uint32_t id : ids) {
+        const uint8_t* bytes;
+        size_t len;
+        tokenizer_decode(tokenizer, id, &bytes, &len);
+        fwrite_or_fail(bytes, 1, len, out, "output");
+    }
+}
+
+// `tinyshakespeare`: the text split on "\n\n"; each piece, with its "\n\n" put back
+// (except the last), is a document. The first 32,768 tokens are the validation shard.
+static inline void prepare_tinyshakespeare(const Tokenizer* tokenizer, const char* text_path, const char* out_dir,
+                                           const PrepareOptions* options) {
+    std::string val_path = std::string(out_dir) + "/tiny_shakespeare_val.bin";
+    std::string train_path = std::string(out_dir) + "/tiny_shakespeare_train.bin";
+    for (const std::string& path : {val_path, train_path}) {
+        if (!options->force && file_exists(path.c_str())) {
+            fail("%s already exists (use --force to overwrite)", path.c_str());
+        }
+    }
+    std::string text = read_whole_file(text_path);
+    size_t piece_start = 0;
+    bool pieces_left = true;
+    DocumentSource next_piece = [&](std::string* doc) {
+        if (!pieces_left) { return false; }
+        size_t separator = text.find("\n\n", piece_start);
+        if (separator == std::string::npos) {
+            doc->assign(text, piece_start, std::string::npos);
+            pieces_left = false;
+        } else {
+            doc->assign(text, piece_start, separator + 2 - piece_start);
+            piece_start = separator + 2;
+        }
+        return true;
+    };
+    std::vector<uint16_t> tokens;
+    encode_documents(tokenizer, options->threads, options->verbose, next_piece,
+                     [&](const std::vector<uint32_t>& ids) { append_uint16(ids.data(), ids.size(), &tokens); });
+    if (tokens.size() <= TINYSHAKESPEARE_VAL_TOKENS) { fail("%s: too little text for a training split", text_path); }
+    make_parent_directories(val_path);
+    write_shard(val_path, tokens.data(), TINYSHAKESPEARE_VAL_TOKENS, options->force, options->verbose);
+    write_shard(train_path, tokens.data() + TINYSHAKESPEARE_VAL_TOKENS, tokens.size() - TINYSHAKESPEARE_VAL_TOKENS,
+                options->force, options->verbose);
+}
+
+// `shards`: every document of the inputs, in order, cut into shards of `shard_size`
+// tokens; the first is the validation shard. With `force`, shards of an earlier run
+// under the same prefix that this run does not rewrite are removed.
+static inline void prepare_shards(const Tokenizer* tokenizer, const PrepareOptions* options) {
+    std::vector<std::string> existing = existing_shards(options->out_prefix);
+    if (!existing.empty() && !options->force) {
+        fail("%s already exists (use --force to overwrite)", existing[0].c_str());
+    }
+    DocumentReader reader;
+    reader.files = collect_input_files(options->inputs);
+    make_parent_directories(options->out_prefix);
+    ShardWriter writer = {options->out_prefix, options->shard_size, options->force, options->verbose, {}, {}};
+    encode_documents(tokenizer, options->threads, options->verbose,
+                     [&](std::string* doc) { return next_document(&reader, doc); },
+                     [&](const std::vector<uint32_t>& ids) { shard_writer_add(&writer, ids); });
+    if (!writer.pending.empty()) { shard_writer_flush(&writer); }
+    if (writer.written.empty()) { fail("the inputs hold no documents"); }
+    document_reader_free(&reader);
+    for (const std::string& path : existing) {
+        bool rewritten = std::find(writer.written.begin(), writer.written.end(), path) != writer.written.end();
+        if (!rewritten && remove(path.c_str()) != 0) {
+            fail("cannot remove stale shard %s: %s", path.c_str(), strerror(errno));
+        }
+    }
+}
