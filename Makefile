@@ -4,6 +4,7 @@
 #   make test         build, run the CPU tests and the GPU test (SKIPPED without a GPU)
 #   make data         prepare the tiny Shakespeare shards
 #   make test-124m    GPT-2 124M-shape references from train_gpt2.py (needs PyTorch), then the GPU test
+#   make fixtures     regenerate the committed small test fixtures (needs PyTorch)
 #   make bench-tokenizer   tokenizer throughput
 #   make clean
 
@@ -30,7 +31,7 @@ LLMC_HEADERS := $(wildcard llmc/*.h)
 CPU_TESTS := build/test_tokenizer build/test_data
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data $(CPU_TESTS) build/bench_tokenizer
 
-.PHONY: all train test data test-124m bench-tokenizer clean
+.PHONY: all train test data fixtures test-124m bench-tokenizer clean
 
 all: $(BINARIES)
 
@@ -54,25 +55,38 @@ data: $(TRAIN_DATA)
 
 # GPT-2 124M from scratch on tiny Shakespeare: a few minutes on an H200.
 train: train_gpt2_fp32 $(TRAIN_DATA)
-	./train_gpt2_fp32 -e d12 -b 8 -t 1024 -l 3e-4 -x 400 -v 50 -m 4 -s 100 -g 128 -o log_d12
+	./train_gpt2_fp32 -e d12 -b 8 -t 1024 -l 6e-4 -u 50 -k cosine -q 0.1 -c 0.1 -x 300 -v 50 -m 0 -s 100 -g 128 -o log_d12 --force
 
-# CPU tests, then the GPU test against the committed PyTorch fixtures, in full FP32
-# (tight tolerances) and in TF32 (loose ones), for both attention kinds.
+# CPU tests, then the GPU tests: the committed PyTorch fixtures in full FP32 (tight tolerances)
+# and in TF32 (loose ones) for both attention kinds, then whole runs (determinism, resume).
 FIXTURES := dev/test/fixtures
-test: all
+test: all $(TRAIN_DATA)
 	build/test_tokenizer
 	build/test_data
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
+	dev/test/test_training_runs.sh
 
-# References in GPT-2 124M shape (B=2, T=1024), generated where PyTorch is, then checked.
+# The reference steps exercise gradient accumulation, clipping and a warmup + cosine schedule.
+REFERENCE_STEPS := --grad-accum 2 --grad-clip 1.5 --lr-warmup 3 --lr-schedule cosine --lr-final-frac 0.1
+
+# Regenerate the committed fixtures (needs PyTorch; true FP32 on the CPU).
+fixtures:
+	for kind in softmax relu; do \
+	  $(PYTHON) train_gpt2.py --device cpu --layers 2 --heads 2 --channels 128 --vocab 1000 --max-seq-len 64 \
+	    --batch 4 --seq-len 64 --steps 10 --lr 1e-3 --weight-decay 0.1 --seed 0 --attn $$kind $(REFERENCE_STEPS) \
+	    --write-model $(FIXTURES)/gpt2_small_$${kind}_model.bin --write-state $(FIXTURES)/gpt2_small_$${kind}_state.bin \
+	    || exit 1; \
+	done
+
+# References in GPT-2 124M shape (B=4, T=1024), generated where PyTorch is, then checked.
 REF124 := build/ref124m
 test-124m: test_gpt2_fp32 $(VAL_DATA)
 	@mkdir -p $(REF124)
 	for kind in softmax relu; do \
-	  $(PYTHON) train_gpt2.py --model d12 --attn $$kind --batch 2 --seq-len 1024 --steps 5 \
+	  $(PYTHON) train_gpt2.py --model d12 --attn $$kind --batch 4 --seq-len 1024 --steps 6 --lr 3e-4 $(REFERENCE_STEPS) \
 	    --tokens $(VAL_DATA) --write-model $(REF124)/$${kind}_model.bin --write-state $(REF124)/$${kind}_state.bin && \
 	  ./test_gpt2_fp32 -f 0 -m $(REF124)/$${kind}_model.bin -s $(REF124)/$${kind}_state.bin || exit 1; \
 	done

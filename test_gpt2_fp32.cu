@@ -1,6 +1,7 @@
 /*
 Checks train_gpt2_fp32.cu against the PyTorch reference (train_gpt2.py): the logits, the loss,
-the gradient of every parameter tensor, and the losses of several AdamW steps. Prints a table
+the gradient of every parameter tensor, and the losses and gradient norms of several AdamW steps
+with the reference's gradient accumulation, clipping and learning-rate schedule. Prints a table
 and PASS or FAIL; exits non-zero on FAIL and zero with a SKIPPED line when there is no GPU.
 
   ./test_gpt2_fp32 [-m MODEL] [-s STATE] [-f 0|1]
@@ -22,23 +23,25 @@ typedef struct {
     double loss;        // absolute, nats
     double grads;       // relative to each tensor's max |gradient|
     double step_loss;   // absolute, nats, after AdamW steps
+    double grad_norm;   // relative to the reference norm
 } Tolerances;
 
-static const Tolerances FP32_TOLERANCES = {2e-5, 2e-5, 5e-4, 5e-5};
-static const Tolerances TF32_TOLERANCES = {5e-3, 2e-3, 1e-1, 1e-2};
+static const Tolerances FP32_TOLERANCES = {2e-5, 2e-5, 5e-4, 5e-5, 5e-5};
+static const Tolerances TF32_TOLERANCES = {5e-3, 2e-3, 1e-1, 1e-2, 1e-2};
 
 // The reference's debug state (layout written by train_gpt2.py --write-state).
 static const int STATE_MAGIC = 20240327;
-static const int STATE_VERSION = 3;
+static const int STATE_VERSION = 4;
 
 typedef struct {
     int B, T, V, Vp, attention, num_steps;
-    float lr, beta1, beta2, eps, weight_decay;
+    RunShape shape;  // lr, AdamW, accumulation, clipping and schedule of the steps
     std::vector<int> inputs, targets;  // (B, T)
     std::vector<float> logits;         // (B, T, Vp)
     float loss;
     std::vector<float> grads;          // every parameter, in the model file's layout
-    std::vector<float> step_losses;    // loss before each of num_steps AdamW updates
+    std::vector<float> step_losses;    // loss of each of the num_steps AdamW steps
+    std::vector<float> grad_norms;     // global gradient norm (before clipping) of each step
 } DebugState;
 
 static float header_float(const int* header, int slot) {
@@ -60,20 +63,30 @@ static void read_debug_state(DebugState* st, const char* path, const GPT2* model
     st->Vp = header[5];
     st->attention = header[6];
     st->num_steps = header[7];
-    st->lr = header_float(header, 8);
-    st->beta1 = header_float(header, 9);
-    st->beta2 = header_float(header, 10);
-    st->eps = header_float(header, 11);
-    st->weight_decay = header_float(header, 12);
-    if (st->B <= 0 || st->T <= 0 || st->T > c->max_seq_len || st->num_steps < 0 || st->num_steps > 10000) {
+    RunShape* r = &st->shape;
+    r->lr = header_float(header, 8);
+    r->beta1 = header_float(header, 9);
+    r->beta2 = header_float(header, 10);
+    r->eps = header_float(header, 11);
+    r->weight_decay = header_float(header, 12);
+    r->grad_accum_steps = header[13];
+    r->grad_clip = header_float(header, 14);
+    r->warmup_steps = header[15];
+    r->schedule = header[16];
+    r->final_lr_frac = header_float(header, 17);
+    r->max_steps = st->num_steps;
+    if (st->B <= 0 || st->T <= 0 || st->T > c->max_seq_len || st->num_steps < 1 || st->num_steps > 10000) {
         fail("%s: B=%d T=%d steps=%d do not fit the model (maxT %d)", path, st->B, st->T, st->num_steps, c->max_seq_len);
+    }
+    if (r->grad_accum_steps < 1 || st->B % r->grad_accum_steps != 0 || r->schedule < 0 || r->schedule > 2) {
+        fail("%s: bad accumulation %d (must divide B=%d) or schedule %d", path, r->grad_accum_steps, st->B, r->schedule);
     }
     if (st->V != c->vocab_size || st->Vp != c->padded_vocab_size || st->attention != (int)c->attention) {
         fail("%s: V=%d Vp=%d attention=%d, but the model has V=%d Vp=%d attention=%d", path, st->V, st->Vp,
              st->attention, c->vocab_size, c->padded_vocab_size, (int)c->attention);
     }
     size_t BT = (size_t)st->B * st->T;
-    int64_t expected = 4 * (256 + 2 * BT + BT * st->Vp + 1 + model->num_parameters + st->num_steps);
+    int64_t expected = 4 * (256 + 2 * BT + BT * st->Vp + 1 + model->num_parameters + 2 * (size_t)st->num_steps);
     if (file_size(path) != expected) {
         fail("%s: %lld bytes, expected %lld for this model and header (truncated or not its state)", path,
              (long long)file_size(path), (long long)expected);
@@ -83,12 +96,14 @@ static void read_debug_state(DebugState* st, const char* path, const GPT2* model
     st->logits.resize(BT * st->Vp);
     st->grads.resize(model->num_parameters);
     st->step_losses.resize(st->num_steps);
+    st->grad_norms.resize(st->num_steps);
     fread_or_fail(st->inputs.data(), sizeof(int), BT, file, path);
     fread_or_fail(st->targets.data(), sizeof(int), BT, file, path);
     fread_or_fail(st->logits.data(), sizeof(float), st->logits.size(), file, path);
     fread_or_fail(&st->loss, sizeof(float), 1, file, path);
     fread_or_fail(st->grads.data(), sizeof(float), st->grads.size(), file, path);
     fread_or_fail(st->step_losses.data(), sizeof(float), st->step_losses.size(), file, path);
+    fread_or_fail(st->grad_norms.data(), sizeof(float), st->grad_norms.size(), file, path);
     fclose(file);
     for (size_t i = 0; i < BT; i++) {
         if (st->inputs[i] < 0 || st->inputs[i] >= st->V || st->targets[i] < 0 || st->targets[i] >= st->V) {
@@ -128,6 +143,11 @@ static bool check_absolute(const char* name, float got, float expected, double t
     return report(name, fabs((double)got - expected), fabs(expected), tolerance, false);
 }
 
+static bool check_relative_scalar(const char* name, float got, float expected, double tolerance) {
+    double error = isfinite(got) ? fabs((double)got - expected) / fabs(expected) : NAN;
+    return report(name, error, fabs(expected), tolerance, true);
+}
+
 int main(int argc, char** argv) {
     const char* model_path = "dev/test/fixtures/gpt2_small_softmax_model.bin";
     const char* state_path = "dev/test/fixtures/gpt2_small_softmax_state.bin";
@@ -164,30 +184,38 @@ int main(int argc, char** argv) {
     cudaCheck(cudaMemcpy(logits.data(), model.acts.logits, logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
     count(check_relative("logits", logits.data(), st.logits.data(), logits.size(), tol.logits));
 
-    // loss and every parameter gradient
-    float loss = gpt2_forward(&model, st.inputs.data(), st.targets.data(), st.B, st.T);
-    count(check_absolute("loss", loss, st.loss, tol.loss));
-    gpt2_zero_grad(&model);
-    gpt2_backward(&model);
-    std::vector<float> grads(model.num_parameters);
-    cudaCheck(cudaMemcpy(grads.data(), model.grads_memory, grads.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    size_t offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        char name[64];
-        snprintf(name, sizeof(name), "grad %s", parameter_name(i));
-        count(check_relative(name, grads.data() + offset, st.grads.data() + offset, model.param_sizes[i], tol.grads));
-        offset += model.param_sizes[i];
-    }
-
-    // AdamW steps on the same batch, with the reference's hyperparameters
+    // AdamW steps on the reference's batch, each over its micro-batches; step 0's loss and
+    // accumulated gradients are those of the initial model.
+    const RunShape* r = &st.shape;
+    int micro_B = st.B / r->grad_accum_steps;
     for (int step = 0; step < st.num_steps; step++) {
-        float step_loss = gpt2_forward(&model, st.inputs.data(), st.targets.data(), st.B, st.T);
         gpt2_zero_grad(&model);
-        gpt2_backward(&model);
-        gpt2_update(&model, st.lr, st.beta1, st.beta2, st.eps, st.weight_decay);
+        float step_loss = 0.0f;
+        for (int micro = 0; micro < r->grad_accum_steps; micro++) {
+            size_t rows = (size_t)micro * micro_B * st.T;
+            step_loss += gpt2_forward(&model, st.inputs.data() + rows, st.targets.data() + rows, micro_B, st.T,
+                                      (float)r->grad_accum_steps);
+            gpt2_backward(&model);
+        }
+        step_loss /= r->grad_accum_steps;
+        if (step == 0) {
+            count(check_absolute("loss", step_loss, st.loss, tol.loss));
+            std::vector<float> grads(model.num_parameters);
+            cudaCheck(cudaMemcpy(grads.data(), model.grads_memory, grads.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            size_t offset = 0;
+            for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+                char name[64];
+                snprintf(name, sizeof(name), "grad %s", parameter_name(i));
+                count(check_relative(name, grads.data() + offset, st.grads.data() + offset, model.param_sizes[i], tol.grads));
+                offset += model.param_sizes[i];
+            }
+        }
+        gpt2_update(&model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);
         char name[64];
-        snprintf(name, sizeof(name), "loss after %d steps", step);
+        snprintf(name, sizeof(name), "step %d loss", step);
         count(check_absolute(name, step_loss, st.step_losses[step], tol.step_loss));
+        snprintf(name, sizeof(name), "step %d grad norm", step);
+        count(check_relative_scalar(name, gpt2_grad_norm(&model), st.grad_norms[step], tol.grad_norm));
     }
 
     gpt2_free(&model);

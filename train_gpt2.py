@@ -32,10 +32,12 @@ import torch.nn.functional as F
 MODEL_MAGIC = 20240326
 STATE_MAGIC = 20240327
 SHARD_MAGIC = 20240520
-FILE_VERSION = 3
+MODEL_VERSION = 3
+STATE_VERSION = 4
 SHARD_VERSION = 1
 HEADER_INTS = 256
 ATTN_KINDS = ("softmax", "relu")  # index = the attention kind stored in file headers
+LR_SCHEDULES = ("cosine", "linear", "constant")  # index = the schedule stored in state headers
 LAYERNORM_EPS = 1e-5
 INIT_STD = 0.02
 
@@ -193,9 +195,9 @@ def write_atomically(path, arrays):
     os.replace(temp_path, path)
 
 
-def int_header(magic, values):
+def int_header(magic, version, values):
     header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[: 2 + len(values)] = [magic, FILE_VERSION, *values]
+    header[: 2 + len(values)] = [magic, version, *values]
     return header
 
 
@@ -217,7 +219,7 @@ def file_tensors(cfg, tensors):
 
 def write_model_file(path, model):
     cfg = model.cfg
-    header = int_header(MODEL_MAGIC, [cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads,
+    header = int_header(MODEL_MAGIC, MODEL_VERSION, [cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads,
                                       cfg.channels, cfg.padded_vocab_size, ATTN_KINDS.index(cfg.attn)])
     write_atomically(path, [header, *file_tensors(cfg, dict(model.named_parameters()))])
 
@@ -235,8 +237,8 @@ def read_model_file(path):
     """Returns the config and a name -> float32 tensor mapping (wte with its V used rows)."""
     with open(path, "rb") as f:
         header = read_int_header(path, MODEL_MAGIC, f)
-        if header[1] != FILE_VERSION:
-            fail(f"{path}: unsupported version {header[1]} (expected {FILE_VERSION})")
+        if header[1] != MODEL_VERSION:
+            fail(f"{path}: unsupported version {header[1]} (expected {MODEL_VERSION})")
         max_seq_len, vocab, layers, heads, channels, padded_vocab, attn_kind = (int(v) for v in header[2:9])
         if not 0 <= attn_kind < len(ATTN_KINDS):
             fail(f"{path}: unknown attention kind {attn_kind}")
@@ -256,13 +258,22 @@ def read_model_file(path):
     return cfg, tensors
 
 
-def write_state_file(path, cfg, hyperparams, inputs, targets, logits, loss, grads, step_losses):
-    """Debug state: the batch, the initial model's logits, loss and gradients, and the
-    loss before each of the AdamW steps taken on that batch."""
+def float_bits(values):
+    return np.array(values, dtype="<f4").view("<i4")
+
+
+def write_state_file(path, cfg, hyperparams, schedule, inputs, targets, logits, loss, grads, step_losses, grad_norms):
+    """Debug state: the batch, the initial model's logits, loss and (accumulated) gradients,
+    and the loss and gradient norm of each AdamW step taken on that batch."""
     B, T = inputs.shape
-    header = int_header(STATE_MAGIC, [B, T, cfg.vocab_size, cfg.padded_vocab_size,
-                                      ATTN_KINDS.index(cfg.attn), len(step_losses)])
-    header[8:13] = np.array(hyperparams, dtype="<f4").view("<i4")  # lr, beta1, beta2, eps, weight_decay
+    header = int_header(STATE_MAGIC, STATE_VERSION, [B, T, cfg.vocab_size, cfg.padded_vocab_size,
+                                                     ATTN_KINDS.index(cfg.attn), len(step_losses)])
+    header[8:13] = float_bits(hyperparams)  # lr, beta1, beta2, eps, weight_decay
+    header[13] = schedule.grad_accum
+    header[14] = float_bits([schedule.grad_clip])[0]
+    header[15] = schedule.warmup
+    header[16] = LR_SCHEDULES.index(schedule.kind)
+    header[17] = float_bits([schedule.final_frac])[0]
     flat_logits = logits.detach().to("cpu", torch.float32).numpy().reshape(B * T, cfg.vocab_size)
     padded_logits = np.zeros((B * T, cfg.padded_vocab_size), dtype="<f4")
     padded_logits[:, : cfg.vocab_size] = flat_logits
@@ -274,6 +285,7 @@ def write_state_file(path, cfg, hyperparams, inputs, targets, logits, loss, grad
         np.array([loss], dtype="<f4"),
         *file_tensors(cfg, grads),
         np.array(step_losses, dtype="<f4"),
+        np.array(grad_norms, dtype="<f4"),
     ])
 
 
@@ -375,6 +387,40 @@ def check_seq_len(cfg, seq_len):
         fail(f"--seq-len {seq_len} must be in 1..{cfg.max_seq_len} (the model's max sequence length)")
 
 
+@dataclass(frozen=True)
+class StepSchedule:
+    """Gradient accumulation, clipping and the learning-rate schedule of reference mode."""
+    grad_accum: int
+    grad_clip: float   # global norm; 0 = off
+    warmup: int
+    kind: str
+    final_frac: float
+    steps: int
+
+    def learning_rate(self, lr, step):
+        """As the trainer: linear warmup, then decay to final_frac * lr (computed in double,
+        rounded to float32)."""
+        if step < self.warmup:
+            return float(np.float32(lr * (step + 1) / self.warmup))
+        decay_steps = self.steps - self.warmup
+        progress = (step - self.warmup) / decay_steps if decay_steps > 0 else 0.0
+        factor = 1.0
+        if self.kind == "cosine":
+            factor = self.final_frac + (1.0 - self.final_frac) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        elif self.kind == "linear":
+            factor = 1.0 - (1.0 - self.final_frac) * progress
+        return float(np.float32(lr * factor))
+
+
+def step_schedule(args):
+    if args.grad_accum < 1 or args.batch % args.grad_accum != 0:
+        fail(f"--grad-accum {args.grad_accum} must be positive and divide --batch {args.batch}")
+    if args.grad_clip < 0 or args.lr_warmup < 0 or not 0.0 <= args.lr_final_frac <= 1.0:
+        fail("--grad-clip and --lr-warmup must not be negative, --lr-final-frac must be in [0, 1]")
+    return StepSchedule(args.grad_accum, float(np.float32(args.grad_clip)), args.lr_warmup, args.lr_schedule,
+                        float(np.float32(args.lr_final_frac)), args.steps)
+
+
 def float32_hyperparameters(args, default_lr):
     """lr, beta1, beta2, eps, weight_decay rounded to float32: the values the C++ side reads."""
     lr = default_lr if args.lr is None else args.lr
@@ -425,20 +471,32 @@ def run_reference(args, device):
     inputs, targets = (t.to(device) for t in reference_batch(args, cfg))
     hyperparams = float32_hyperparameters(args, default_lr=1e-4)
     lr, beta1, beta2, eps, weight_decay = hyperparams
+    schedule = step_schedule(args)
     optimizer = make_adamw(model, lr, (beta1, beta2), eps, weight_decay, fused=False)
-    step_losses = []
+    with torch.no_grad():
+        initial_logits = model(inputs, targets)[0].cpu()
+    micro_batch = args.batch // schedule.grad_accum
+    step_losses, grad_norms = [], []
     for step in range(args.steps):
         optimizer.zero_grad(set_to_none=True)
-        logits, loss = model(inputs, targets)
-        loss.backward()
-        if step == 0:  # the initial model's outputs and gradients
-            initial_logits = logits.detach().cpu()
+        step_loss = 0.0
+        for micro in range(schedule.grad_accum):
+            rows = slice(micro * micro_batch, (micro + 1) * micro_batch)
+            _, loss = model(inputs[rows], targets[rows])
+            (loss / schedule.grad_accum).backward()
+            step_loss += loss.item() / schedule.grad_accum
+        if step == 0:  # the initial model's accumulated gradients
             initial_grads = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()}
-        step_losses.append(loss.item())
-        print(f"step {step + 1}/{args.steps} loss {step_losses[-1]:.6f}")
+        max_norm = schedule.grad_clip if schedule.grad_clip > 0 else float("inf")
+        grad_norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item())
+        step_losses.append(step_loss)
+        for group in optimizer.param_groups:
+            group["lr"] = schedule.learning_rate(lr, step)
+        print(f"step {step + 1}/{args.steps} loss {step_loss:.6f} norm {grad_norms[-1]:.6f} "
+              f"lr {optimizer.param_groups[0]['lr']:.6e}")
         optimizer.step()
-    write_state_file(args.write_state, cfg, hyperparams, inputs, targets, initial_logits, step_losses[0],
-                     initial_grads, step_losses)
+    write_state_file(args.write_state, cfg, hyperparams, schedule, inputs, targets, initial_logits, step_losses[0],
+                     initial_grads, step_losses, grad_norms)
     print(f"wrote {args.write_state}")
 
 
@@ -514,6 +572,11 @@ def parse_args():
     reference.add_argument("--write-model", metavar="PATH", help="the initial model, as a model file")
     reference.add_argument("--write-state", metavar="PATH", help="debug state of --steps AdamW steps on one batch")
     reference.add_argument("--tokens", metavar="SHARD", help="take the batch from this shard, not random tokens")
+    reference.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (divides --batch)")
+    reference.add_argument("--grad-clip", type=float, default=0.0, help="global gradient-norm clipping, 0 = off")
+    reference.add_argument("--lr-warmup", type=int, default=0, help="linear warmup steps")
+    reference.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant", help="decay after warmup")
+    reference.add_argument("--lr-final-frac", type=float, default=0.0, help="final lr as a fraction of --lr")
 
     training = parser.add_argument_group("training mode")
     training.add_argument("--train-shards", metavar="PATTERN", help="glob of classic token shards")

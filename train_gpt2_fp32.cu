@@ -43,6 +43,7 @@ static void cublas_check(cublasStatus_t status, const char* file, int line) {
 __host__ __device__ inline unsigned int ceil_div(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
 
 static int g_num_sms;                 // multiprocessors of the device, for persistent-style grids
+static char g_device_name[256];
 static bool g_use_tf32 = true;        // TF32 tensor cores in the matrix products (-f)
 static cublasLtHandle_t g_cublaslt;
 static void* g_cublaslt_workspace;
@@ -698,15 +699,16 @@ typedef struct {
     unsigned int decay_mask;            // bit i: weight decay applies to tensor i
 } TensorTable;
 
+// The gradient is multiplied by *grad_scale, the clipping factor from grad_norm_kernel.
 __global__ void adamw_kernel(float* params, float* m_memory, float* v_memory, const float* grads, size_t n,
-                             TensorTable table, float lr, float beta1, float beta2, float bias_correction1,
-                             float bias_correction2_sqrt, float eps, float weight_decay) {
+                             TensorTable table, const float* grad_scale, float lr, float beta1, float beta2,
+                             float bias_correction1, float bias_correction2_sqrt, float eps, float weight_decay) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
     int tensor = 0;
     while (i >= table.end[tensor]) { tensor++; }
     float decay = (table.decay_mask >> tensor) & 1u ? weight_decay : 0.0f;
-    float g = grads[i];
+    float g = grads[i] * *grad_scale;
     float m = beta1 * m_memory[i] + (1.0f - beta1) * g;
     float v = beta2 * v_memory[i] + (1.0f - beta2) * g * g;
     m_memory[i] = m;
@@ -714,6 +716,30 @@ __global__ void adamw_kernel(float* params, float* m_memory, float* v_memory, co
     float p = params[i] * (1.0f - lr * decay);
     params[i] = p - (lr / bias_correction1) * m / (sqrtf(v) / bias_correction2_sqrt + eps);
 }
+
+// Global gradient norm and clipping, as torch.nn.utils.clip_grad_norm_: each block sums the
+// squares of its contiguous slice, the last block sums the block partials in order and writes
+// norm_scale[0] = ||g|| and norm_scale[1] = min(1, max_norm / (||g|| + 1e-6)) (1 if max_norm <= 0).
+__global__ void grad_norm_kernel(float* norm_scale, float* partials, unsigned int* counter, const float* grads,
+                                 size_t n, float max_norm) {
+    size_t per_block = (n + gridDim.x - 1) / gridDim.x;
+    size_t begin = blockIdx.x * per_block, end = min(n, begin + per_block);
+    float sum = 0.0f;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) { sum += grads[i] * grads[i]; }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) { partials[blockIdx.x] = sum; }
+    if (!arrive_last_in_group(counter, gridDim.x)) { return; }
+    float total = 0.0f;
+    for (unsigned int b = threadIdx.x; b < gridDim.x; b += blockDim.x) { total += __ldcg(&partials[b]); }
+    total = block_sum(total);
+    if (threadIdx.x == 0) {
+        float norm = sqrtf(total);
+        norm_scale[0] = norm;
+        norm_scale[1] = max_norm > 0.0f ? fminf(1.0f, max_norm / (norm + 1e-6f)) : 1.0f;
+    }
+}
+
+static const int GRAD_NORM_BLOCKS = 1024;
 
 // ----------------------------------------------------------------------------------------------
 // Initialisation: p[i] = mean + std * N(0, 1) from a counter-based generator keyed on (seed,
@@ -879,7 +905,8 @@ typedef struct {
     float* reduce_partials;
     unsigned int* reduce_counters;
     float* mean_loss_device;
-    float mean_loss;  // of the last forward pass with targets
+    float mean_loss;          // of the last forward pass with targets
+    float* norm_scale_device;  // [2]: gradient norm and clipping factor of the last update
 } GPT2;
 
 static void validate_config(const GPT2Config* c, const char* source) {
@@ -1012,10 +1039,12 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->bucket_positions = (int*)device_malloc(BT * sizeof(int), "token buckets");
     size_t ln_partials = (size_t)layernorm_backward_grid() * 2 * c->channels;
     size_t bias_partials = (size_t)BIAS_BACKWARD_MAX_CHUNKS * 4 * c->channels;
-    model->reduce_partials = (float*)device_malloc(std::max(ln_partials, bias_partials) * sizeof(float), "reductions");
+    size_t partials = std::max({ln_partials, bias_partials, (size_t)GRAD_NORM_BLOCKS});
+    model->reduce_partials = (float*)device_malloc(partials * sizeof(float), "reductions");
     model->reduce_counters = (unsigned int*)device_malloc(MAX_REDUCTION_COUNTERS * sizeof(unsigned int), "reductions");
     cudaCheck(cudaMemset(model->reduce_counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
     model->mean_loss_device = (float*)device_malloc(sizeof(float), "loss");
+    model->norm_scale_device = (float*)device_malloc(2 * sizeof(float), "gradient norm");
 }
 
 // Forward pass over inputs (B, T) (host, ids < V). With targets, also the loss: the classifier
@@ -1128,7 +1157,14 @@ static void gpt2_backward(GPT2* model) {
     cudaCheck(cudaGetLastError());
 }
 
-static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay) {
+// AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0);
+// returns nothing, the norm stays on the device (gpt2_grad_norm reads it).
+static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
+                        float max_norm) {
+    grad_norm_kernel<<<GRAD_NORM_BLOCKS, 1024>>>(model->norm_scale_device, model->reduce_partials,
+                                                 model->reduce_counters, model->grads_memory, model->num_parameters,
+                                                 max_norm);
+    cudaCheck(cudaGetLastError());
     model->adam_step++;
     TensorTable table;
     size_t end = 0;
@@ -1137,15 +1173,32 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
     float bias_correction1 = 1.0f - powf(beta1, (float)model->adam_step);
     float bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)model->adam_step));
     adamw_kernel<<<ceil_div(model->num_parameters, 256), 256>>>(model->params_memory, model->m_memory, model->v_memory,
-                                                                model->grads_memory, model->num_parameters, table, lr,
-                                                                beta1, beta2, bias_correction1, bias_correction2_sqrt,
-                                                                eps, weight_decay);
+                                                                model->grads_memory, model->num_parameters, table,
+                                                                model->norm_scale_device + 1, lr, beta1, beta2,
+                                                                bias_correction1, bias_correction2_sqrt, eps,
+                                                                weight_decay);
     cudaCheck(cudaGetLastError());
+}
+
+// FNV-1a over the bits of every parameter: equal checksums mean bit-identical weights.
+static uint64_t gpt2_weights_checksum(const GPT2* model) {
+    std::vector<uint32_t> bits(model->num_parameters);
+    cudaCheck(cudaMemcpy(bits.data(), model->params_memory, bits.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (uint32_t word : bits) { hash = (hash ^ word) * 0x100000001b3ull; }
+    return hash;
+}
+
+static float gpt2_grad_norm(const GPT2* model) {
+    float norm;
+    cudaCheck(cudaMemcpy(&norm, model->norm_scale_device, sizeof(float), cudaMemcpyDeviceToHost));
+    return norm;
 }
 
 static void gpt2_free(GPT2* model) {
     float* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                        model->acts_memory, model->reduce_partials, model->mean_loss_device};
+                        model->acts_memory, model->reduce_partials, model->mean_loss_device,
+                        model->norm_scale_device};
     for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
     int* int_buffers[] = {model->inputs, model->targets, model->bucket_tokens, model->bucket_starts,
                           model->bucket_positions};
@@ -1167,6 +1220,7 @@ static bool cuda_setup(bool use_tf32) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     if (prop.major < 8) { fail("GPU %s has compute capability %d.%d; 8.0 or newer is needed", prop.name, prop.major, prop.minor); }
     g_num_sms = prop.multiProcessorCount;
+    snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
     g_use_tf32 = use_tf32;
     cublasCheck(cublasLtCreate(&g_cublaslt));
     g_cublaslt_workspace = device_malloc(CUBLASLT_WORKSPACE_SIZE, "cuBLASLt workspace");
@@ -1177,6 +1231,33 @@ static double wall_seconds() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// ----------------------------------------------------------------------------------------------
+// The run: the flags that shape its numbers, and the learning-rate schedule
+
+typedef enum { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR = 1, SCHEDULE_CONSTANT = 2 } Schedule;
+
+static const char* schedule_name(int schedule) {
+    return schedule == SCHEDULE_LINEAR ? "linear" : schedule == SCHEDULE_CONSTANT ? "constant" : "cosine";
+}
+
+// The flags that shape a run's numbers. A checkpoint stores them and a resumed run must match.
+typedef struct {
+    int32_t B, T, grad_accum_steps, max_steps, warmup_steps, schedule, attention, use_tf32, overfit_single_batch;
+    float lr, final_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    uint64_t seed;
+} RunShape;
+
+// Learning rate of step (0-based): linear warmup to lr, then the decay to final_lr_frac * lr.
+static float learning_rate(const RunShape* r, int step) {
+    if (step < r->warmup_steps) { return (float)((double)r->lr * (step + 1) / r->warmup_steps); }
+    int decay_steps = r->max_steps - r->warmup_steps;
+    double progress = decay_steps > 0 ? (double)(step - r->warmup_steps) / decay_steps : 0.0;
+    double f = r->final_lr_frac, factor = 1.0;
+    if (r->schedule == SCHEDULE_COSINE) { factor = f + (1.0 - f) * 0.5 * (1.0 + cos(M_PI * progress)); }
+    if (r->schedule == SCHEDULE_LINEAR) { factor = 1.0 - (1.0 - f) * progress; }
+    return (float)(r->lr * factor);
 }
 
 #ifndef TESTING
@@ -1226,50 +1307,64 @@ static void generate(GPT2* model, const Tokenizer* tokenizer, int num_tokens) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Training
+// Run configuration
 
 typedef struct {
+    RunShape shape;
     const char* train_pattern;
     const char* val_pattern;
-    const char* model;        // checkpoint path or d12|d24|d36|d48
-    const char* output_dir;   // -o: main.log and the final model
+    const char* model;       // checkpoint path or d12|d24|d36|d48
+    const char* output_dir;  // -o: main.log and checkpoints
     const char* tokenizer;
-    int B, T;
-    float lr, weight_decay;
-    int val_every, val_batches, sample_every, gen_tokens, max_steps;
-    int attention;            // -1: from the checkpoint (softmax from scratch)
-    int use_tf32, overfit_single_batch, force;
-    uint64_t seed;
+    int64_t total_batch_tokens;  // -d; 0: B*T, no accumulation
+    int val_every, val_batches, sample_every, gen_tokens;
+    int checkpoint_every, checkpoint_keep, resume, force;
+    int stop_at;        // --stop-at: exit at this step after checkpointing (0: run to the end)
+    float peak_tflops;  // 0: from the table of known GPUs
 } TrainArgs;
 
 static void print_usage() {
     printf(
         "usage: train_gpt2_fp32 [flags]\n"
+        "data and model\n"
         "  -i PATTERN  training shards (default dev/data/tinyshakespeare/tiny_shakespeare_train.bin)\n"
         "  -j PATTERN  validation shards (default dev/data/tinyshakespeare/tiny_shakespeare_val.bin)\n"
         "  -e MODEL    checkpoint file, or d12|d24|d36|d48 to start from scratch (default d12)\n"
-        "  -o DIR      write DIR/main.log and, at the end, DIR/model.bin (refuses an existing run without --force)\n"
-        "  -b B        batch size (default 4)\n"
-        "  -t T        sequence length, 1..maxT (default 1024)\n"
-        "  -l LR       learning rate (default 3e-4)\n"
-        "  -c WD       AdamW weight decay on the 2-D tensors (default 0.0)\n"
-        "  -x STEPS    training steps (default: one epoch of the training data)\n"
-        "  -v N        validation loss every N steps (default 20)\n"
-        "  -m N        validation batches (default 20)\n"
-        "  -s N        sample every N steps (default 20; 0 never)\n"
-        "  -g N        tokens to generate per sample (default 64)\n"
         "  -A KIND     attention: softmax or relu (default softmax, or the checkpoint's)\n"
+        "  --seed N    seed for initialisation and sampling (default 1337)\n"
+        "batch and optimisation\n"
+        "  -b B        micro-batch size (default 4)\n"
+        "  -t T        sequence length, 1..maxT (default 1024)\n"
+        "  -d TOKENS   total batch in tokens, a multiple of B*T: gradient accumulation (default B*T)\n"
+        "  -x STEPS    optimizer steps (default: one epoch of the training data)\n"
+        "  -l LR       peak learning rate (default 3e-4)\n"
+        "  -u STEPS    linear warmup steps (default 0)\n"
+        "  -k KIND     decay after warmup: cosine, linear or constant (default cosine)\n"
+        "  -q FRAC     final learning rate as a fraction of -l (default 0.0)\n"
+        "  -c WD       AdamW weight decay on the 2-D tensors (default 0.0)\n"
+        "  --beta1 B1 --beta2 B2 --eps EPS   AdamW (default 0.9, 0.95, 1e-8)\n"
+        "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
         "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
         "  -a 0|1      overfit a single batch (default 0)\n"
-        "  --seed N    seed for initialisation and sampling (default 1337)\n"
-        "  --tokenizer FILE  vocabulary for printing samples (default dev/data/gpt2_encoder.json)\n"
-        "  --force     reuse an -o DIR that already holds a run\n"
+        "evaluation, output, checkpoints\n"
+        "  -v N        validation loss every N steps, 0 = never (default 20)\n"
+        "  -m N        validation batches, 0 = the whole split (default 20)\n"
+        "  -s N        sample every N steps, 0 = never (default 20)\n"
+        "  -g N        tokens to generate per sample (default 64)\n"
+        "  -o DIR      write DIR/main.log and checkpoints (refuses a DIR holding a run without --force or -y 1)\n"
+        "  -n N        checkpoint every N steps, 0 = only at the end (default 0; needs -o)\n"
+        "  -nk K       keep the last K checkpoints, 0 = all (default 0)\n"
+        "  -y 0|1      resume from the latest checkpoint in -o DIR (default 0)\n"
+        "  --force     start a new run in an -o DIR that holds another run\n"
+        "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
+        "  --tokenizer FILE     vocabulary for printing samples (default dev/data/gpt2_encoder.json)\n"
+        "  --peak-tflops F      TF32 peak of the GPU for MFU (default: a table of known GPUs)\n"
         "  -h          this help\n");
 }
 
 static int parse_int_flag(const char* flag, const char* value) {
     char* end;
-    long v = strtol(value, &end, 10);
+    long long v = strtoll(value, &end, 10);
     if (*value == '\0' || *end != '\0' || v < INT32_MIN || v > INT32_MAX) { fail("flag %s: '%s' is not an integer", flag, value); }
     return (int)v;
 }
@@ -1281,10 +1376,31 @@ static float parse_float_flag(const char* flag, const char* value) {
     return v;
 }
 
+static int parse_choice_flag(const char* flag, const char* value, const char* const* choices, int count) {
+    for (int i = 0; i < count; i++) {
+        if (strcmp(value, choices[i]) == 0) { return i; }
+    }
+    fail("flag %s: '%s' is not one of the choices (see -h)", flag, value);
+}
+
+static void require(bool ok, const char* flag, const char* what) {
+    if (!ok) { fail("flag %s: %s", flag, what); }
+}
+
 static TrainArgs parse_args(int argc, char** argv) {
-    TrainArgs args = {"dev/data/tinyshakespeare/tiny_shakespeare_train.bin",
-                      "dev/data/tinyshakespeare/tiny_shakespeare_val.bin", "d12", NULL, "dev/data/gpt2_encoder.json",
-                      4, 1024, 3e-4f, 0.0f, 20, 20, 20, 64, -1, -1, 1, 0, 0, 1337};
+    TrainArgs args = {};
+    args.shape = RunShape{4, 1024, 1, -1, 0, SCHEDULE_COSINE, -1, 1, 0, 3e-4f, 0.0f, 0.0f, 0.9f, 0.95f, 1e-8f, 1.0f, 1337};
+    args.train_pattern = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+    args.val_pattern = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+    args.model = "d12";
+    args.tokenizer = "dev/data/gpt2_encoder.json";
+    args.val_every = 20;
+    args.val_batches = 20;
+    args.sample_every = 20;
+    args.gen_tokens = 64;
+    static const char* const attention_kinds[] = {"softmax", "relu"};
+    static const char* const schedules[] = {"cosine", "linear", "constant"};
+    RunShape* r = &args.shape;
     for (int i = 1; i < argc; i++) {
         const char* flag = argv[i];
         if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
@@ -1302,132 +1418,334 @@ static TrainArgs parse_args(int argc, char** argv) {
         else if (strcmp(flag, "-e") == 0) { args.model = value; }
         else if (strcmp(flag, "-o") == 0) { args.output_dir = value; }
         else if (strcmp(flag, "--tokenizer") == 0) { args.tokenizer = value; }
-        else if (strcmp(flag, "-b") == 0) { args.B = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-t") == 0) { args.T = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-l") == 0) { args.lr = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-c") == 0) { args.weight_decay = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-x") == 0) { args.max_steps = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-A") == 0) { r->attention = parse_choice_flag(flag, value, attention_kinds, 2); }
+        else if (strcmp(flag, "--seed") == 0) { r->seed = (uint64_t)parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-b") == 0) { r->B = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-t") == 0) { r->T = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-d") == 0) { args.total_batch_tokens = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-x") == 0) { r->max_steps = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-l") == 0) { r->lr = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "-u") == 0) { r->warmup_steps = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-k") == 0) { r->schedule = parse_choice_flag(flag, value, schedules, 3); }
+        else if (strcmp(flag, "-q") == 0) { r->final_lr_frac = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "-c") == 0) { r->weight_decay = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "--beta1") == 0) { r->beta1 = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "--beta2") == 0) { r->beta2 = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "--eps") == 0) { r->eps = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "-gc") == 0) { r->grad_clip = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "-f") == 0) { r->use_tf32 = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-a") == 0) { r->overfit_single_batch = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-v") == 0) { args.val_every = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-m") == 0) { args.val_batches = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-s") == 0) { args.sample_every = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-g") == 0) { args.gen_tokens = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-f") == 0) { args.use_tf32 = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-a") == 0) { args.overfit_single_batch = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--seed") == 0) { args.seed = (uint64_t)parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-A") == 0) {
-            if (strcmp(value, "softmax") == 0) { args.attention = ATTENTION_SOFTMAX; }
-            else if (strcmp(value, "relu") == 0) { args.attention = ATTENTION_RELU; }
-            else { fail("flag -A: '%s' is not an attention kind (softmax or relu)", value); }
-        } else {
-            fail("unknown flag %s (see -h)", flag);
-        }
+        else if (strcmp(flag, "-n") == 0) { args.checkpoint_every = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-nk") == 0) { args.checkpoint_keep = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-y") == 0) { args.resume = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "--peak-tflops") == 0) { args.peak_tflops = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "--stop-at") == 0) { args.stop_at = parse_int_flag(flag, value); }
+        else { fail("unknown flag %s (see -h)", flag); }
     }
-    if (args.B <= 0) { fail("flag -b: batch size must be positive, got %d", args.B); }
-    if (args.T <= 0) { fail("flag -t: sequence length must be positive, got %d", args.T); }
-    if (args.lr < 0.0f || args.weight_decay < 0.0f) { fail("flags -l and -c must not be negative"); }
-    if (args.val_every <= 0) { fail("flag -v: must be positive, got %d", args.val_every); }
-    if (args.val_batches < 0 || args.sample_every < 0 || args.gen_tokens < 0) { fail("flags -m, -s and -g must not be negative"); }
-    if (args.use_tf32 != 0 && args.use_tf32 != 1) { fail("flag -f: must be 0 or 1, got %d", args.use_tf32); }
-    if (args.overfit_single_batch != 0 && args.overfit_single_batch != 1) { fail("flag -a: must be 0 or 1"); }
+    require(r->B > 0, "-b", "batch size must be positive");
+    require(r->T > 0, "-t", "sequence length must be positive");
+    int64_t micro_tokens = (int64_t)r->B * r->T;
+    if (args.total_batch_tokens == 0) { args.total_batch_tokens = micro_tokens; }
+    if (args.total_batch_tokens <= 0 || args.total_batch_tokens % micro_tokens != 0) {
+        fail("flag -d: total batch %lld tokens is not a positive multiple of B*T = %lld", (long long)args.total_batch_tokens,
+             (long long)micro_tokens);
+    }
+    r->grad_accum_steps = (int)(args.total_batch_tokens / micro_tokens);
+    require(r->max_steps == -1 || r->max_steps > 0, "-x", "steps must be positive");
+    require(r->lr >= 0.0f, "-l", "learning rate must not be negative");
+    require(r->warmup_steps >= 0, "-u", "warmup steps must not be negative");
+    require(r->final_lr_frac >= 0.0f && r->final_lr_frac <= 1.0f, "-q", "final fraction must be in [0, 1]");
+    require(r->weight_decay >= 0.0f, "-c", "weight decay must not be negative");
+    require(r->beta1 >= 0.0f && r->beta1 < 1.0f, "--beta1", "must be in [0, 1)");
+    require(r->beta2 >= 0.0f && r->beta2 < 1.0f, "--beta2", "must be in [0, 1)");
+    require(r->eps > 0.0f, "--eps", "must be positive");
+    require(r->grad_clip >= 0.0f, "-gc", "must not be negative");
+    require(r->use_tf32 == 0 || r->use_tf32 == 1, "-f", "must be 0 or 1");
+    require(r->overfit_single_batch == 0 || r->overfit_single_batch == 1, "-a", "must be 0 or 1");
+    require(args.val_every >= 0, "-v", "must not be negative");
+    require(args.val_batches >= 0, "-m", "must not be negative");
+    require(args.sample_every >= 0, "-s", "must not be negative");
+    require(args.gen_tokens >= 0, "-g", "must not be negative");
+    require(args.checkpoint_every >= 0, "-n", "must not be negative");
+    require(args.checkpoint_keep >= 0, "-nk", "must not be negative");
+    require(args.resume == 0 || args.resume == 1, "-y", "must be 0 or 1");
+    require(args.output_dir != NULL || (args.checkpoint_every == 0 && !args.resume), "-o", "-n and -y need an output directory");
+    require(args.peak_tflops >= 0.0f, "--peak-tflops", "must not be negative");
+    require(args.stop_at >= 0, "--stop-at", "must not be negative (0: off)");
     return args;
 }
 
-static void build_model(GPT2* model, const TrainArgs* args) {
-    GPT2Config config;
-    if (gpt2_config_by_depth(args->model, &config)) {
-        config.attention = args->attention < 0 ? ATTENTION_SOFTMAX : (AttentionKind)args->attention;
-        gpt2_build_from_scratch(model, &config, args->seed);
-        return;
+// TF32 dense tensor-core peaks (vendor datasheets, TFLOP/s), for the MFU estimate.
+static float tf32_peak_tflops(const char* device_name) {
+    static const struct { const char* name; float tflops; } known[] = {
+        {"H100 PCIe", 378.0f}, {"H100", 494.7f}, {"H200", 494.7f}, {"GH200", 494.7f},
+        {"A100", 156.0f}, {"L40S", 183.0f}, {"RTX 4090", 82.6f}, {"A10", 62.5f}};
+    for (const auto& gpu : known) {
+        if (strstr(device_name, gpu.name) != NULL) { return gpu.tflops; }
     }
-    if (!file_exists(args->model)) { fail("flag -e: '%s' is neither a file nor one of d12, d24, d36, d48", args->model); }
-    gpt2_build_from_checkpoint(model, args->model);
-    if (args->attention >= 0 && args->attention != model->config.attention) {
-        fail("flag -A %s: the checkpoint %s uses %s attention", attention_name((AttentionKind)args->attention),
-             args->model, attention_name(model->config.attention));
+    return 0.0f;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Checkpoints: DIR/model_%08d.bin (the classic model format), DIR/state_%08d.bin (the run state
+// below), DIR/latest (the step of the newest pair, as text). All written atomically.
+// State header, 256 int32: [0] magic, [1] version, [2] steps done, [3] AdamW step, [16..) the
+// RunShape, [64..80) the training DataLoaderState, [96..98) the sampling RNG; then AdamW m and v.
+
+static const int STATE_MAGIC = 20240417;
+static const int STATE_VERSION = 1;
+static_assert(sizeof(RunShape) <= 48 * sizeof(int), "RunShape must fit header slots 16..63");
+static_assert(sizeof(DataLoaderState) <= 32 * sizeof(int), "DataLoaderState must fit header slots 64..95");
+
+static void checkpoint_path(char* out, size_t size, const char* dir, const char* kind, int step) {
+    snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);
+}
+
+static void write_checkpoint(const char* dir, int step, const GPT2* model, const RunShape* shape,
+                             const DataLoader* loader) {
+    char path[4096];
+    checkpoint_path(path, sizeof(path), dir, "model", step);
+    gpt2_write_checkpoint(model, path);
+
+    int header[256] = {STATE_MAGIC, STATE_VERSION, step, model->adam_step};
+    DataLoaderState loader_state = dataloader_state(loader);
+    memcpy(&header[16], shape, sizeof(*shape));
+    memcpy(&header[64], &loader_state, sizeof(loader_state));
+    memcpy(&header[96], &g_sample_rng_state, sizeof(g_sample_rng_state));
+    std::vector<float> moments(2 * model->num_parameters);
+    size_t bytes = model->num_parameters * sizeof(float);
+    cudaCheck(cudaMemcpy(moments.data(), model->m_memory, bytes, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(moments.data() + model->num_parameters, model->v_memory, bytes, cudaMemcpyDeviceToHost));
+    checkpoint_path(path, sizeof(path), dir, "state", step);
+    AtomicFile out;
+    open_atomic(&out, path);
+    fwrite_or_fail(header, sizeof(int), 256, out.file, out.tmp_path);
+    fwrite_or_fail(moments.data(), sizeof(float), moments.size(), out.file, out.tmp_path);
+    commit_atomic(&out);
+
+    snprintf(path, sizeof(path), "%s/latest", dir);
+    open_atomic(&out, path);
+    fprintf(out.file, "%d\n", step);
+    commit_atomic(&out);
+}
+
+// Deletes all but the newest `keep` checkpoints in dir.
+static void prune_checkpoints(const char* dir, int keep) {
+    char pattern[4096];
+    snprintf(pattern, sizeof(pattern), "%s/model_*.bin", dir);
+    std::vector<std::string> models = dl_glob_sorted(pattern);
+    for (size_t i = 0; i + keep < models.size(); i++) {
+        std::string state = models[i];
+        state.replace(state.rfind("model_"), 6, "state_");
+        remove(models[i].c_str());
+        remove(state.c_str());
     }
 }
 
-static FILE* open_run_log(const TrainArgs* args, char* model_path, size_t model_path_size) {
+static int read_latest_step(const char* dir) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/latest", dir);
+    if (!file_exists(path)) { fail("flag -y: %s has no checkpoint to resume from (no %s)", dir, path); }
+    FILE* file = fopen_or_fail(path, "r");
+    int step = -1;
+    if (fscanf(file, "%d", &step) != 1 || step < 0) { fail("%s: does not hold a step number", path); }
+    fclose(file);
+    return step;
+}
+
+#define REQUIRE_SAME(field, flag)                                                                    \
+    if (memcmp(&saved.field, &current->field, sizeof(saved.field)) != 0) {                           \
+        fail("flag %s: differs from the run being resumed (%s); resume with the run's flags", flag, path); \
+    }
+
+// Restores the run state of `step` into model (whose parameters came from the model file) and loader.
+static void load_run_state(const char* dir, int step, GPT2* model, const RunShape* current, DataLoader* loader) {
+    char path[4096];
+    checkpoint_path(path, sizeof(path), dir, "state", step);
+    FILE* file = fopen_or_fail(path, "rb");
+    int header[256];
+    fread_or_fail(header, sizeof(int), 256, file, path);
+    if (header[0] != STATE_MAGIC) { fail("%s: bad magic %d, expected %d (not a run state)", path, header[0], STATE_MAGIC); }
+    if (header[1] != STATE_VERSION) { fail("%s: version %d not supported, expected %d", path, header[1], STATE_VERSION); }
+    if (header[2] != step) { fail("%s: holds step %d, expected %d", path, header[2], step); }
+    int64_t expected = 256 * sizeof(int) + 2 * (int64_t)model->num_parameters * sizeof(float);
+    if (file_size(path) != expected) {
+        fail("%s: %lld bytes, expected %lld for this model (truncated or another model's)", path,
+             (long long)file_size(path), (long long)expected);
+    }
+    RunShape saved;
+    memcpy(&saved, &header[16], sizeof(saved));
+    REQUIRE_SAME(B, "-b") REQUIRE_SAME(T, "-t") REQUIRE_SAME(grad_accum_steps, "-d") REQUIRE_SAME(max_steps, "-x")
+    REQUIRE_SAME(warmup_steps, "-u") REQUIRE_SAME(schedule, "-k") REQUIRE_SAME(use_tf32, "-f")
+    REQUIRE_SAME(overfit_single_batch, "-a") REQUIRE_SAME(lr, "-l") REQUIRE_SAME(final_lr_frac, "-q")
+    REQUIRE_SAME(weight_decay, "-c") REQUIRE_SAME(beta1, "--beta1") REQUIRE_SAME(beta2, "--beta2")
+    REQUIRE_SAME(eps, "--eps") REQUIRE_SAME(grad_clip, "-gc") REQUIRE_SAME(seed, "--seed")
+    model->adam_step = header[3];
+    DataLoaderState loader_state;
+    memcpy(&loader_state, &header[64], sizeof(loader_state));
+    dataloader_restore(loader, &loader_state);
+    memcpy(&g_sample_rng_state, &header[96], sizeof(g_sample_rng_state));
+    std::vector<float> moments(2 * model->num_parameters);
+    fread_or_fail(moments.data(), sizeof(float), moments.size(), file, path);
+    fclose(file);
+    size_t bytes = model->num_parameters * sizeof(float);
+    cudaCheck(cudaMemcpy(model->m_memory, moments.data(), bytes, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->v_memory, moments.data() + model->num_parameters, bytes, cudaMemcpyHostToDevice));
+}
+#undef REQUIRE_SAME
+
+// ----------------------------------------------------------------------------------------------
+// Training
+
+static void build_model(GPT2* model, const TrainArgs* args, int resume_step) {
+    GPT2Config config;
+    const RunShape* r = &args->shape;
+    if (resume_step >= 0) {
+        char path[4096];
+        checkpoint_path(path, sizeof(path), args->output_dir, "model", resume_step);
+        gpt2_build_from_checkpoint(model, path);
+    } else if (gpt2_config_by_depth(args->model, &config)) {
+        config.attention = r->attention < 0 ? ATTENTION_SOFTMAX : (AttentionKind)r->attention;
+        gpt2_build_from_scratch(model, &config, r->seed);
+    } else {
+        if (!file_exists(args->model)) { fail("flag -e: '%s' is neither a file nor one of d12, d24, d36, d48", args->model); }
+        gpt2_build_from_checkpoint(model, args->model);
+    }
+    if (r->attention >= 0 && r->attention != (int)model->config.attention) {
+        fail("flag -A %s: the model uses %s attention", attention_name((AttentionKind)r->attention),
+             attention_name(model->config.attention));
+    }
+}
+
+// Opens DIR/main.log: a new run refuses a DIR that holds another run (unless --force), a resumed
+// run appends to it.
+static FILE* open_run_log(const TrainArgs* args) {
     if (args->output_dir == NULL) { return NULL; }
     if (mkdir(args->output_dir, 0755) != 0 && errno != EEXIST) {
         fail("flag -o: cannot create directory %s: %s", args->output_dir, strerror(errno));
     }
-    char log_path[4096];
+    char log_path[4096], latest_path[4096];
     snprintf(log_path, sizeof(log_path), "%s/main.log", args->output_dir);
-    snprintf(model_path, model_path_size, "%s/model.bin", args->output_dir);
-    if (!args->force && (file_exists(log_path) || file_exists(model_path))) {
-        fail("flag -o: %s already holds a run (main.log or model.bin); choose another directory or pass --force",
-             args->output_dir);
+    snprintf(latest_path, sizeof(latest_path), "%s/latest", args->output_dir);
+    if (!args->resume && !args->force && (file_exists(log_path) || file_exists(latest_path))) {
+        fail("flag -o: %s already holds a run; resume it with -y 1, or pass --force to start over", args->output_dir);
     }
-    return fopen_or_fail(log_path, "w");
+    return fopen_or_fail(log_path, args->resume ? "a" : "w");
 }
 
-static float validation_loss(GPT2* model, DataLoader* loader, int batches, int B, int T) {
+static float validation_loss(GPT2* model, DataLoader* loader, int batches) {
     dataloader_reset(loader);
     float sum = 0.0f;
     for (int i = 0; i < batches; i++) {
         dataloader_next_batch(loader);
-        sum += gpt2_forward(model, loader->inputs, loader->targets, B, T);
+        sum += gpt2_forward(model, loader->inputs, loader->targets, loader->B, loader->T);
     }
     return sum / batches;
 }
 
-static void print_config(const GPT2* model, const TrainArgs* args, size_t train_batches, int val_batches, int max_steps) {
+static void print_row(const char* name, const char* fmt, ...) {
+    char value[256];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(value, sizeof(value), fmt, args);
+    va_end(args);
+    printf("| %-22s | %-52s |\n", name, value);
+}
+
+static void print_config(const GPT2* model, const TrainArgs* args, size_t train_batches, int val_B, int val_batches,
+                         float peak_tflops) {
     const GPT2Config* c = &model->config;
-    printf("+-----------------------+----------------------------------------------------+\n");
-    printf("| %-21s | %-50s |\n", "model", args->model);
-    printf("| %-21s | %-50s |\n", "train data", args->train_pattern);
-    printf("| %-21s | %-50s |\n", "val data", args->val_pattern);
-    printf("| %-21s | %-50s |\n", "output dir", args->output_dir ? args->output_dir : "(none)");
-    printf("| %-21s | %-50d |\n", "max_seq_len maxT", c->max_seq_len);
-    printf("| %-21s | %-50d |\n", "vocab_size V", c->vocab_size);
-    printf("| %-21s | %-50d |\n", "padded_vocab_size Vp", c->padded_vocab_size);
-    printf("| %-21s | %-50d |\n", "num_layers L", c->num_layers);
-    printf("| %-21s | %-50d |\n", "num_heads NH", c->num_heads);
-    printf("| %-21s | %-50d |\n", "channels C", c->channels);
-    printf("| %-21s | %-50s |\n", "attention", attention_name(c->attention));
-    printf("| %-21s | %-50zu |\n", "num_parameters", model->num_parameters);
-    printf("| %-21s | %-50d |\n", "batch size B", args->B);
-    printf("| %-21s | %-50d |\n", "sequence length T", args->T);
-    printf("| %-21s | %-50g |\n", "learning rate", args->lr);
-    printf("| %-21s | %-50g |\n", "weight decay", args->weight_decay);
-    printf("| %-21s | %-50s |\n", "matmul precision", g_use_tf32 ? "TF32 tensor cores" : "FP32");
-    printf("| %-21s | %-50zu |\n", "train batches/epoch", train_batches);
-    printf("| %-21s | %-50d |\n", "val batches", val_batches);
-    printf("| %-21s | %-50d |\n", "steps", max_steps);
-    printf("| %-21s | %-50llu |\n", "seed", (unsigned long long)args->seed);
-    printf("| %-21s | %-50.2f |\n", "activation memory GiB", model->num_activations * 4.0 / 1073741824.0);
-    printf("+-----------------------+----------------------------------------------------+\n");
+    const RunShape* r = &args->shape;
+    const char* rule = "+------------------------+------------------------------------------------------+\n";
+    printf("%s", rule);
+    print_row("model", "%s (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", args->model, c->num_layers, c->num_heads,
+              c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+    print_row("parameters", "%zu", model->num_parameters);
+    print_row("attention", "%s", attention_name(c->attention));
+    print_row("train data", "%s (%zu batches/epoch)", args->train_pattern, train_batches);
+    print_row("val data", "%s (%d batches of B=%d)", args->val_pattern, val_batches, val_B);
+    print_row("batch", "B=%d T=%d x %d micro-steps = %lld tokens", r->B, r->T, r->grad_accum_steps,
+              (long long)args->total_batch_tokens);
+    print_row("steps", "%d", r->max_steps);
+    print_row("learning rate", "%g, warmup %d, %s to %g x", r->lr, r->warmup_steps, schedule_name(r->schedule),
+              r->final_lr_frac);
+    print_row("AdamW", "beta1 %g beta2 %g eps %g weight decay %g", r->beta1, r->beta2, r->eps, r->weight_decay);
+    print_row("gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
+    print_row("matmul precision", "%s", g_use_tf32 ? "TF32 tensor cores" : "FP32");
+    print_row("seed", "%llu", (unsigned long long)r->seed);
+    print_row("output", "%s", args->output_dir ? args->output_dir : "(none)");
+    print_row("GPU", "%s, TF32 peak %s", g_device_name, peak_tflops > 0 ? "known" : "unknown (--peak-tflops)");
+    print_row("activation memory", "%.2f GiB", model->num_activations * 4.0 / 1073741824.0);
+    printf("%s", rule);
+}
+
+// One optimizer step over grad_accum_steps micro-batches; returns the mean loss.
+static float train_step(GPT2* model, DataLoader* loader, const RunShape* r, int step) {
+    gpt2_zero_grad(model);
+    float loss = 0.0f;
+    for (int micro = 0; micro < r->grad_accum_steps; micro++) {
+        if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(loader); }
+        loss += gpt2_forward(model, loader->inputs, loader->targets, r->B, r->T, (float)r->grad_accum_steps);
+        gpt2_backward(model);
+    }
+    gpt2_update(model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);
+    return loss / r->grad_accum_steps;
 }
 
 int main(int argc, char** argv) {
     TrainArgs args = parse_args(argc, argv);
-    if (!cuda_setup(args.use_tf32 == 1)) { fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+"); }
+    RunShape* r = &args.shape;
+    if (!cuda_setup(r->use_tf32 == 1)) { fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+"); }
+    int resume_step = args.resume ? read_latest_step(args.output_dir) : -1;
     GPT2 model;
-    build_model(&model, &args);
+    build_model(&model, &args, resume_step);
     const GPT2Config* c = &model.config;
-    if (args.T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", args.T, c->max_seq_len); }
-    int B = args.B, T = args.T;
+    r->attention = c->attention;
+    if (r->T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, c->max_seq_len); }
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, args.train_pattern, B, T, 0, 1, false, args.seed, c->vocab_size);
-    dataloader_init(&val_loader, args.val_pattern, B, T, 0, 1, false, args.seed, c->vocab_size);
-    int val_batches = (int)std::min((size_t)args.val_batches, dataloader_batches_per_epoch(&val_loader));
-    int max_steps = args.max_steps > 0 ? args.max_steps : (int)dataloader_batches_per_epoch(&train_loader);
+    dataloader_init(&train_loader, args.train_pattern, r->B, r->T, 0, 1, false, r->seed, c->vocab_size);
+    int val_B = std::min(r->B, dataloader_max_batch(args.val_pattern, r->T, 1));
+    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than T+1 = %d tokens", args.val_pattern, r->T + 1); }
+    dataloader_init(&val_loader, args.val_pattern, val_B, r->T, 0, 1, false, r->seed, c->vocab_size);
+    int val_batches_per_epoch = (int)dataloader_batches_per_epoch(&val_loader);
+    int val_batches = args.val_batches == 0 ? val_batches_per_epoch : std::min(args.val_batches, val_batches_per_epoch);
+    if (r->max_steps < 0) {
+        r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&train_loader) / r->grad_accum_steps);
+    }
     Tokenizer tokenizer;
     tokenizer_init(&tokenizer, args.tokenizer);
 
-    char model_path[4096];
-    FILE* log = open_run_log(&args, model_path, sizeof(model_path));
-    gpt2_allocate_activations(&model, B, std::max(T, std::min(args.gen_tokens + 1, c->max_seq_len)));
-    print_config(&model, &args, dataloader_batches_per_epoch(&train_loader), val_batches, max_steps);
-    g_sample_rng_state = args.seed;
+    FILE* log = open_run_log(&args);
+    g_sample_rng_state = r->seed;
+    int start_step = 0;
+    if (resume_step >= 0) {
+        load_run_state(args.output_dir, resume_step, &model, r, &train_loader);
+        start_step = resume_step;
+        printf("resumed from %s at step %d\n", args.output_dir, start_step);
+        fprintf(log, "# resumed at step %d\n", start_step);
+    }
+    gpt2_allocate_activations(&model, r->B, std::max(r->T, std::min(args.gen_tokens + 1, c->max_seq_len)));
+    float peak_tflops = args.peak_tflops > 0 ? args.peak_tflops : tf32_peak_tflops(g_device_name);
+    print_config(&model, &args, dataloader_batches_per_epoch(&train_loader), val_B, val_batches, peak_tflops);
 
-    double total_seconds = 0.0;
-    for (int step = 0; step <= max_steps; step++) {
-        bool last_step = step == max_steps;
-        if (val_batches > 0 && (step % args.val_every == 0 || last_step)) {
-            float val_loss = validation_loss(&model, &val_loader, val_batches, B, T);
+    double tokens_per_step = (double)args.total_batch_tokens;
+    double flops_per_step = (6.0 * model.num_parameters + 6.0 * c->num_layers * r->T * c->channels) * tokens_per_step;
+    double timed_seconds = 0.0;
+    int timed_steps = 0;
+    for (int step = start_step; step <= r->max_steps; step++) {
+        bool last_step = step == r->max_steps || (args.stop_at > 0 && step == args.stop_at);
+        bool checkpoint_due = args.checkpoint_every > 0 && step % args.checkpoint_every == 0;
+        if (log != NULL && step > start_step && (checkpoint_due || last_step)) {
+            write_checkpoint(args.output_dir, step, &model, r, &train_loader);
+            if (args.checkpoint_keep > 0) { prune_checkpoints(args.output_dir, args.checkpoint_keep); }
+        }
+        if (args.val_every > 0 && val_batches > 0 && (step % args.val_every == 0 || last_step)) {
+            float val_loss = validation_loss(&model, &val_loader, val_batches);
             printf("step %d: val loss %.6f\n", step, val_loss);
             if (log) { fprintf(log, "s:%d tel:%.6f\n", step, val_loss); fflush(log); }
         }
@@ -1437,24 +1755,28 @@ int main(int argc, char** argv) {
         if (last_step) { break; }
 
         double start = wall_seconds();
-        if (!args.overfit_single_batch || step == 0) { dataloader_next_batch(&train_loader); }
-        float loss = gpt2_forward(&model, train_loader.inputs, train_loader.targets, B, T);
-        gpt2_zero_grad(&model);
-        gpt2_backward(&model);
-        gpt2_update(&model, args.lr, 0.9f, 0.95f, 1e-8f, args.weight_decay);
-        cudaCheck(cudaDeviceSynchronize());
+        float loss = train_step(&model, &train_loader, r, step);
+        float grad_norm = gpt2_grad_norm(&model);  // waits for the step to finish
         double seconds = wall_seconds() - start;
-        if (step > 0) { total_seconds += seconds; }  // the first step includes one-time setup
-        printf("step %4d/%d: train loss %.6f (%.2f ms, %.0f tok/s)\n", step + 1, max_steps, loss, seconds * 1e3,
-               B * T / seconds);
-        if (log) { fprintf(log, "s:%d trl:%.6f\n", step, loss); fflush(log); }
+        if (step > start_step) {  // the first step of a process includes one-time setup
+            timed_seconds += seconds;
+            timed_steps++;
+        }
+        double mean_seconds = timed_steps > 0 ? timed_seconds / timed_steps : seconds;
+        double mfu = peak_tflops > 0 ? 100.0 * flops_per_step / seconds / (peak_tflops * 1e12) : 0.0;
+        double eta_minutes = (r->max_steps - step - 1) * mean_seconds / 60.0;
+        float lr = learning_rate(r, step);
+        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.2f ms | %.0f tok/s | MFU %.1f%% | ETA %.1f min\n",
+               step + 1, r->max_steps, loss, lr, grad_norm, seconds * 1e3, tokens_per_step / seconds, mfu, eta_minutes);
+        if (log) {
+            fprintf(log, "s:%d trl:%.6f lr:%.6e norm:%.6f ms:%.3f tok/s:%.0f mfu:%.2f\n", step, loss, lr, grad_norm,
+                    seconds * 1e3, tokens_per_step / seconds, mfu);
+            fflush(log);
+        }
     }
-    if (max_steps > 1) { printf("average step: %.2f ms\n", total_seconds / (max_steps - 1) * 1e3); }
-    if (log) {
-        gpt2_write_checkpoint(&model, model_path);
-        printf("wrote %s\n", model_path);
-        fclose(log);
-    }
+    if (timed_steps > 0) { printf("average step: %.2f ms\n", timed_seconds / timed_steps * 1e3); }
+    printf("weights checksum: %016llx\n", (unsigned long long)gpt2_weights_checksum(&model));
+    if (log) { fclose(log); }
 
     tokenizer_free(&tokenizer);
     dataloader_free(&train_loader);

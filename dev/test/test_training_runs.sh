@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# GPU test of whole training runs of ./train_gpt2_fp32 (GPT-2 124M, B=4, T=256, 2 micro-steps):
+#  - the same seed and data give bit-identical losses, norms and weights; another seed does not;
+#  - 30 steps straight equal 15 steps + resume (-y 1) + 15 steps, bit for bit;
+#  - resume and output-directory mistakes give a one-line error and a non-zero exit.
+set -u
+cd "$(dirname "$0")/../.."
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "SKIPPED (no GPU): training runs (determinism, resume)"
+  exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+run="./train_gpt2_fp32 -e d12 -b 4 -t 256 -d 2048 -l 6e-4 -u 5 -k cosine -q 0.1 -c 0.1 -v 10 -m 2 -s 0"
+passed=0
+failed=0
+check() {  # check NAME COMMAND...: the command must succeed
+  local name=$1
+  shift
+  if "$@"; then echo "ok    $name"; passed=$((passed + 1)); else echo "FAIL  $name"; failed=$((failed + 1)); fi
+}
+# The numbers of a log: each step's loss, lr and norm (not its timings), val losses, the checksum.
+numbers() { grep -E '^step|^weights checksum' "$1" | awk -F'|' '{print $1 $2 $3 $4}'; }
+# The numbers of a log from step $2 on (train steps are 1-based, val steps 0-based), and its checksum.
+numbers_from() { numbers "$1" | awk -v first="$2" '/^step/ { n = $0; sub(/^step +/, "", n); if (n + 0 < first) next } { print }'; }
+fails_with() {  # fails_with FRAGMENT COMMAND...: the command must exit non-zero, saying FRAGMENT
+  local fragment=$1 out
+  shift
+  out=$("$@" 2>&1) && return 1
+  grep -qF -- "$fragment" <<< "$out" || { echo "      got: $(tail -n 1 <<< "$out")"; return 1; }
+}
+
+$run -x 20 --seed 1 > "$work/a.log" 2>&1
+$run -x 20 --seed 1 > "$work/b.log" 2>&1
+$run -x 20 --seed 2 > "$work/c.log" 2>&1
+check "20 steps ran" grep -q "^step    20/20" "$work/a.log"
+check "same seed: bit-identical losses, norms, weights" diff <(numbers "$work/a.log") <(numbers "$work/b.log")
+check "other seed: different weights" test "$(grep checksum "$work/a.log")" != "$(grep checksum "$work/c.log")"
+
+$run -x 30 --seed 1 -n 15 -o "$work/straight" > "$work/straight.log" 2>&1
+$run -x 30 --seed 1 -n 15 -o "$work/resumed" --stop-at 15 > "$work/first.log" 2>&1
+$run -x 30 --seed 1 -n 15 -o "$work/resumed" -y 1 > "$work/second.log" 2>&1
+check "resume: checkpoint at step 15 written" test -f "$work/resumed/model_00000015.bin"
+check "resume: steps 16-30 and weights bit-identical" \
+  diff <(numbers_from "$work/straight.log" 16) <(numbers_from "$work/second.log" 16)
+check "resume: steps 16-30 ran" grep -q "^step    30/30" "$work/second.log"
+
+check "resume with another -b fails" fails_with "flag -b: differs from the run being resumed" \
+  ./train_gpt2_fp32 -e d12 -b 2 -t 256 -d 2048 -l 6e-4 -u 5 -k cosine -q 0.1 -c 0.1 -x 30 --seed 1 -o "$work/resumed" -y 1
+mkdir -p "$work/empty"
+check "resume without a checkpoint fails" fails_with "has no checkpoint to resume from" $run -x 30 -o "$work/empty" -y 1
+check "a new run refuses a directory holding a run" fails_with "already holds a run" $run -x 30 -o "$work/resumed"
+head -c 5000 "$work/resumed/state_00000030.bin" > "$work/truncated" && mv "$work/truncated" "$work/resumed/state_00000030.bin"
+check "a truncated checkpoint fails" fails_with "truncated or another model's" $run -x 30 --seed 1 -n 15 -o "$work/resumed" -y 1
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
