@@ -49,6 +49,8 @@ static cublasLtHandle_t g_cublaslt;
 static void* g_cublaslt_workspace;
 static const size_t CUBLASLT_WORKSPACE_SIZE = 32 * 1024 * 1024;
 
+static size_t g_device_bytes;  // allocated through device_malloc
+
 // cudaMalloc that names what it was for when the GPU is out of memory.
 static void* device_malloc(size_t bytes, const char* what) {
     void* ptr = NULL;
@@ -60,6 +62,7 @@ static void* device_malloc(size_t bytes, const char* what) {
         fail("out of GPU memory: %s needs %.2f GiB, %.2f GiB of %.2f GiB free (try a smaller -b or -t)",
              what, bytes / 1073741824.0, free_bytes / 1073741824.0, total_bytes / 1073741824.0);
     }
+    g_device_bytes += bytes;
     return ptr;
 }
 
@@ -171,37 +174,72 @@ static void token_buckets_build(TokenBuckets* tb, const int* tokens, int n, int 
 // ----------------------------------------------------------------------------------------------
 // LayerNorm: out = (x - mean) * rstd * weight + bias over the C channels of each row, eps 1e-5
 
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int N, int C) {
+// One warp per row, the row in registers (CHUNKS float4 per lane, CHUNKS*128 >= C). With a
+// second input the residual add is fused in: x = inp + inp2 is also written to residual_out.
+template <int CHUNKS>
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* residual_out, const float* inp,
+                                         const float* inp2, const float* weight, const float* bias, int N, int C) {
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
     int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank();
     if (row >= N) { return; }
-    int C4 = C / 4;
-    const float4* x = (const float4*)(inp + (size_t)row * C);
+    int C4 = C / 4, lane = warp.thread_rank();
+    size_t offset = (size_t)row * C4;
+    float4 x[CHUNKS];
     float sum = 0.0f;
-    for (int c4 = warp.thread_rank(); c4 < C4; c4 += 32) { sum += sum4(x[c4]); }
+    for (int k = 0; k < CHUNKS; k++) {
+        int c4 = lane + 32 * k;
+        x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (c4 < C4) {
+            x[k] = ((const float4*)inp)[offset + c4];
+            if (inp2 != NULL) {
+                x[k] = x[k] + ((const float4*)inp2)[offset + c4];
+                ((float4*)residual_out)[offset + c4] = x[k];
+            }
+        }
+        sum += sum4(x[k]);
+    }
     float m = cg::reduce(warp, sum, cg::plus<float>()) / C;
     float sum_sq = 0.0f;
-    for (int c4 = warp.thread_rank(); c4 < C4; c4 += 32) {
-        float4 d = x[c4] - make_float4(m, m, m, m);
-        sum_sq += sum4(d * d);
+    for (int k = 0; k < CHUNKS; k++) {
+        float4 d = x[k] - make_float4(m, m, m, m);
+        if (lane + 32 * k < C4) { sum_sq += sum4(d * d); }
     }
     float r = 1.0f / sqrtf(cg::reduce(warp, sum_sq, cg::plus<float>()) / C + 1e-5f);
-    float4* y = (float4*)(out + (size_t)row * C);
-    for (int c4 = warp.thread_rank(); c4 < C4; c4 += 32) {
-        float4 xhat = (x[c4] - make_float4(m, m, m, m)) * r;
-        y[c4] = xhat * ((const float4*)weight)[c4] + ((const float4*)bias)[c4];
+    for (int k = 0; k < CHUNKS; k++) {
+        int c4 = lane + 32 * k;
+        if (c4 < C4) {
+            float4 xhat = (x[k] - make_float4(m, m, m, m)) * r;
+            ((float4*)out)[offset + c4] = xhat * ((const float4*)weight)[c4] + ((const float4*)bias)[c4];
+        }
     }
-    if (warp.thread_rank() == 0) {
+    if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
     }
 }
 
-static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                              const float* bias, int N, int C) {
+// Calls LAUNCH(K) with the smallest supported register chunk count K >= ceil(C / 128).
+#define DISPATCH_CHUNKS(C, LAUNCH)                   \
+    do {                                             \
+        int chunks_ = ceil_div((C), 128);            \
+        if (chunks_ <= 2) { LAUNCH(2); }             \
+        else if (chunks_ <= 4) { LAUNCH(4); }        \
+        else if (chunks_ <= 6) { LAUNCH(6); }        \
+        else if (chunks_ <= 8) { LAUNCH(8); }        \
+        else if (chunks_ <= 10) { LAUNCH(10); }      \
+        else if (chunks_ <= 13) { LAUNCH(13); }      \
+        else { LAUNCH(16); }                         \
+    } while (0)
+
+// out = layernorm(inp [+ inp2]); with inp2, residual_out = inp + inp2 as well.
+static void layernorm_forward(float* out, float* mean, float* rstd, float* residual_out, const float* inp,
+                              const float* inp2, const float* weight, const float* bias, int N, int C) {
     const int block_size = 256;
-    layernorm_forward_kernel<<<ceil_div(N, block_size / 32), block_size>>>(out, mean, rstd, inp, weight, bias, N, C);
+    unsigned int grid = ceil_div(N, block_size / 32);
+#define LAUNCH_LAYERNORM_FORWARD(K) \
+    layernorm_forward_kernel<K><<<grid, block_size>>>(out, mean, rstd, residual_out, inp, inp2, weight, bias, N, C)
+    DISPATCH_CHUNKS(C, LAUNCH_LAYERNORM_FORWARD);
+#undef LAUNCH_LAYERNORM_FORWARD
     cudaCheck(cudaGetLastError());
 }
 
@@ -283,18 +321,11 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, float*
                                const float* rstd, int N, int C) {
     int grid = layernorm_backward_grid();
     size_t shared = 2 * C * sizeof(float);
-    int chunks = ceil_div(C, 128);
 #define LAUNCH_LAYERNORM_BACKWARD(K)                                                                         \
     layernorm_backward_kernel<K><<<grid, LAYERNORM_BACKWARD_BLOCK, shared>>>(dinp, dweight, dbias, partials, \
                                                                              counter, dout, inp, weight,     \
                                                                              mean, rstd, N, C)
-    if (chunks <= 2) { LAUNCH_LAYERNORM_BACKWARD(2); }
-    else if (chunks <= 4) { LAUNCH_LAYERNORM_BACKWARD(4); }
-    else if (chunks <= 6) { LAUNCH_LAYERNORM_BACKWARD(6); }
-    else if (chunks <= 8) { LAUNCH_LAYERNORM_BACKWARD(8); }
-    else if (chunks <= 10) { LAUNCH_LAYERNORM_BACKWARD(10); }
-    else if (chunks <= 13) { LAUNCH_LAYERNORM_BACKWARD(13); }
-    else { LAUNCH_LAYERNORM_BACKWARD(16); }
+    DISPATCH_CHUNKS(C, LAUNCH_LAYERNORM_BACKWARD);
 #undef LAUNCH_LAYERNORM_BACKWARD
     cudaCheck(cudaGetLastError());
 }
@@ -578,7 +609,7 @@ static void attention_backward(float* dqkv, float* dqkvr, float* datt, float* dh
 }
 
 // ----------------------------------------------------------------------------------------------
-// GELU (tanh form) and the residual add
+// GELU (tanh form)
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
 
@@ -607,16 +638,6 @@ static void gelu_forward(float* out, const float* inp, size_t n) {
 
 static void gelu_backward(float* dinp_dout, const float* inp, size_t n) {
     gelu_backward_kernel<<<ceil_div(n, 256), 256>>>(dinp_dout, inp, n);
-    cudaCheck(cudaGetLastError());
-}
-
-__global__ void residual_forward_kernel(float4* out, const float4* a, const float4* b, size_t n4) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n4) { out[i] = a[i] + b[i]; }
-}
-
-static void residual_forward(float* out, const float* a, const float* b, size_t n) {
-    residual_forward_kernel<<<ceil_div(n / 4, 256), 256>>>((float4*)out, (const float4*)a, (const float4*)b, n / 4);
     cudaCheck(cudaGetLastError());
 }
 
@@ -680,12 +701,12 @@ static void fused_classifier(float* logits, float* losses, const int* targets, f
     cudaCheck(cudaGetLastError());
 }
 
-// mean_loss[0] = mean of losses[0..n), summed in a fixed order.
-__global__ void mean_loss_kernel(float* mean_loss, const float* losses, int n) {
+// loss_sum[0] += weight * mean of losses[0..n), summed in a fixed order.
+__global__ void accumulate_loss_kernel(float* loss_sum, const float* losses, int n, float weight) {
     float sum = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) { sum += losses[i]; }
     sum = block_sum(sum);
-    if (threadIdx.x == 0) { mean_loss[0] = sum / n; }
+    if (threadIdx.x == 0) { loss_sum[0] += weight * (sum / n); }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -830,6 +851,9 @@ static void point_parameters(ParameterTensors* tensors, float* memory, const siz
 
 #define NUM_ACTIVATION_TENSORS 26
 
+// The classifier works on this many rows of logits at a time (0.8 GB at Vp = 50304).
+static const size_t CLASSIFIER_CHUNK_ROWS = 4096;
+
 // Everything the forward pass keeps for the backward pass, plus the scratch both passes share.
 typedef struct {
     float* encoded;    // (B, T, C)
@@ -849,7 +873,7 @@ typedef struct {
     float* lnf;        // (B, T, C)
     float* lnf_mean;   // (B, T)
     float* lnf_rstd;   // (B, T)
-    float* logits;     // (B, T, Vp); the classifier turns them into dlogits in place
+    float* logits;     // (min(B*T, CLASSIFIER_CHUNK_ROWS), Vp): one chunk of rows; dlogits in place
     float* losses;     // (B, T)
     float* qkvr;       // scratch (3, B, NH, T, hs): q, k, v in head layout
     float* heads;      // scratch (B, NH, T, hs): attention output or its gradient in head layout
@@ -866,7 +890,8 @@ static void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Con
     size_t list[NUM_ACTIVATION_TENSORS] = {BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
                                            L * att, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
                                            L * BT * 4 * C, L * BT * C, BT * C, BT, BT,
-                                           BT * config->padded_vocab_size, BT, 3 * BT * C, BT * C,
+                                           std::min(BT, CLASSIFIER_CHUNK_ROWS) * config->padded_vocab_size, BT,
+                                           3 * BT * C, BT * C,
                                            BT * C, BT * C, BT * 4 * C, 3 * BT * C, att};
     memcpy(sizes, list, sizeof(list));
 }
@@ -896,17 +921,18 @@ typedef struct {
     ActivationTensors acts;
     float* acts_memory;
     size_t num_activations;
-    // the batch on the device, and its positions grouped by token for the wte gradient
+    // the batch on the device, and its positions grouped by token for the wte gradient, uploaded
+    // through pinned staging (reused once upload_done has passed)
     int *inputs, *targets;
     int *bucket_tokens, *bucket_starts, *bucket_positions;
+    int* staging;  // pinned host: inputs, targets, bucket tokens, starts, positions
+    cudaEvent_t upload_done;
     TokenBuckets buckets;
-    bool has_targets;
+    bool grads_pending;  // the last forward computed the classifier's gradients for gpt2_backward
     // cross-block reductions: partial sums and arrival counters
     float* reduce_partials;
     unsigned int* reduce_counters;
-    float* mean_loss_device;
-    float mean_loss;          // of the last forward pass with targets
-    float* norm_scale_device;  // [2]: gradient norm and clipping factor of the last update
+    float* step_stats;  // device [3]: accumulated loss, gradient norm, clipping factor
 } GPT2;
 
 static void validate_config(const GPT2Config* c, const char* source) {
@@ -1043,30 +1069,79 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->reduce_partials = (float*)device_malloc(partials * sizeof(float), "reductions");
     model->reduce_counters = (unsigned int*)device_malloc(MAX_REDUCTION_COUNTERS * sizeof(unsigned int), "reductions");
     cudaCheck(cudaMemset(model->reduce_counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
-    model->mean_loss_device = (float*)device_malloc(sizeof(float), "loss");
-    model->norm_scale_device = (float*)device_malloc(2 * sizeof(float), "gradient norm");
+    model->step_stats = (float*)device_malloc(3 * sizeof(float), "step statistics");
+    cudaCheck(cudaMemset(model->step_stats, 0, 3 * sizeof(float)));
+    cudaCheck(cudaMallocHost(&model->staging, (5 * BT + 1) * sizeof(int)));
+    cudaCheck(cudaEventCreateWithFlags(&model->upload_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(model->upload_done));
 }
 
-// Forward pass over inputs (B, T) (host, ids < V). With targets, also the loss: the classifier
-// leaves d loss/d logits in acts.logits for the backward pass, scaled so that the gradient is
-// that of the mean loss divided by grad_divisor (the number of accumulated micro-batches).
-static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float grad_divisor = 1.0f) {
+// Copies count ints to the device through the pinned staging area at staging_offset.
+static void upload(GPT2* model, int* device_dst, const int* host_src, size_t count, size_t staging_offset) {
+    int* staged = model->staging + staging_offset;
+    memcpy(staged, host_src, count * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(device_dst, staged, count * sizeof(int), cudaMemcpyHostToDevice));
+}
+
+// The classifier over the rows of lnf in chunks of CLASSIFIER_CHUNK_ROWS: logits = lnf @ wte^T;
+// with targets, each row's loss and, in place, dlogits; with grads, also the chunk's share of
+// dwte and dlnf (into acts.dbtc) before the next chunk reuses the logits buffer. Without
+// targets, acts.logits holds the last chunk's logits.
+static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, float loss_weight) {
+    const GPT2Config* c = &model->config;
+    int C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t BT = (size_t)model->B * model->T;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts;
+    for (size_t first = 0; first < BT; first += CLASSIFIER_CHUNK_ROWS) {
+        int rows = (int)std::min(CLASSIFIER_CHUNK_ROWS, BT - first);
+        matmul_forward(a.logits, a.lnf + first * C, p.wte, NULL, rows, C, Vp);
+        if (!with_targets) { continue; }
+        fused_classifier(a.logits, a.losses + first, model->targets + first, loss_weight / BT, rows, V, Vp);
+        if (with_grads) {
+            matmul_backward(a.dbtc + first * C, g.wte, NULL, model->reduce_partials, model->reduce_counters, a.logits,
+                            a.lnf + first * C, p.wte, rows, C, Vp);
+        }
+    }
+    if (with_targets) {
+        accumulate_loss_kernel<<<1, 1024>>>(model->step_stats, a.losses, (int)BT, loss_weight);
+        cudaCheck(cudaGetLastError());
+    }
+}
+
+// Forward pass over inputs (B, T) (host, ids < V). With targets, adds loss_weight x the mean loss
+// to the device loss sum (gpt2_reset_loss, gpt2_read_loss); with_grads also computes the
+// classifier's gradients for gpt2_backward, scaled as the gradient of loss_weight x the mean loss
+// (1/micro-steps when accumulating). Nothing here waits for the GPU.
+static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_weight = 1.0f,
+                         bool with_grads = false) {
     const GPT2Config* c = &model->config;
     if (B > model->max_B || T > model->max_T) {
         fail("batch %dx%d larger than the allocated %dx%d", B, T, model->max_B, model->max_T);
     }
-    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    if (with_grads && targets == NULL) { fail("gpt2_forward: gradients need targets"); }
+    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size;
     size_t BT = (size_t)B * T;
     model->B = B;
     model->T = T;
-    model->has_targets = targets != NULL;
-    cudaCheck(cudaMemcpy(model->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice));
+    model->grads_pending = with_grads;
+    cudaCheck(cudaEventSynchronize(model->upload_done));  // the staging area is free again
+    upload(model, model->inputs, inputs, BT, 0);
+    if (targets != NULL) { upload(model, model->targets, targets, BT, BT); }
+    if (with_grads) {
+        TokenBuckets* tb = &model->buckets;
+        token_buckets_build(tb, inputs, (int)BT, V);
+        upload(model, model->bucket_tokens, tb->tokens.data(), tb->num_buckets, 2 * BT);
+        upload(model, model->bucket_starts, tb->starts.data(), tb->num_buckets + 1, 3 * BT);
+        upload(model, model->bucket_positions, tb->positions.data(), BT, 4 * BT + 1);
+    }
+    cudaCheck(cudaEventRecord(model->upload_done));
 
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
+    size_t btc = BT * C;
     for (int l = 0; l < L; l++) {
-        size_t btc = BT * C;
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
         float* ln1 = a.ln1 + l * btc;
         float* qkv = a.qkv + l * 3 * btc;
@@ -1076,55 +1151,49 @@ static float gpt2_forward(GPT2* model, const int* inputs, const int* targets, in
         float* ln2 = a.ln2 + l * btc;
         float* fch = a.fch + l * 4 * btc;
         float* fch_gelu = a.fch_gelu + l * 4 * btc;
-        float* residual3 = a.residual3 + l * btc;
-        // a.dbtc holds the attention and MLP projections before the residual adds
-        layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual, p.ln1w + l * C, p.ln1b + l * C, BT, C);
+        // a.dbtc holds each projection's output until the next layernorm adds it to the residual
+        // stream: residual3 of the previous layer is written by this layer's first layernorm
+        if (l == 0) {
+            layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, NULL, a.encoded, NULL, p.ln1w, p.ln1b, BT, C);
+        } else {
+            layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, (float*)residual,
+                              a.residual2 + (l - 1) * btc, a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
+        }
         matmul_forward(qkv, ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
         attention_forward(atty, att, a.qkvr, a.heads, qkv, B, T, C, NH, c->attention);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
-        residual_forward(residual2, residual, a.dbtc, btc);
-        layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, p.ln2w + l * C, p.ln2b + l * C, BT, C);
+        layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, residual, a.dbtc,
+                          p.ln2w + l * C, p.ln2b + l * C, BT, C);
         matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C);
         gelu_forward(fch_gelu, fch, 4 * btc);
         matmul_forward(a.dbtc, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C);
-        residual_forward(residual3, residual2, a.dbtc, btc);
     }
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * BT * C, p.lnfw, p.lnfb, BT, C);
-    matmul_forward(a.logits, a.lnf, p.wte, NULL, BT, C, Vp);
-    if (targets == NULL) { return -1.0f; }
-
-    cudaCheck(cudaMemcpy(model->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice));
-    fused_classifier(a.logits, a.losses, model->targets, 1.0f / (BT * grad_divisor), BT, V, Vp);
-    mean_loss_kernel<<<1, 1024>>>(model->mean_loss_device, a.losses, BT);
-    cudaCheck(cudaGetLastError());
-    cudaCheck(cudaMemcpy(&model->mean_loss, model->mean_loss_device, sizeof(float), cudaMemcpyDeviceToHost));
-
-    token_buckets_build(&model->buckets, inputs, (int)BT, V);
-    TokenBuckets* tb = &model->buckets;
-    cudaCheck(cudaMemcpy(model->bucket_tokens, tb->tokens.data(), tb->num_buckets * sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model->bucket_starts, tb->starts.data(), (tb->num_buckets + 1) * sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model->bucket_positions, tb->positions.data(), BT * sizeof(int), cudaMemcpyHostToDevice));
-    return model->mean_loss;
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * btc, a.residual2 + (L - 1) * btc,
+                      a.dbtc, p.lnfw, p.lnfb, BT, C);
+    classifier_forward(model, targets != NULL, with_grads, loss_weight);
 }
+
+static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float))); }
 
 static void gpt2_zero_grad(GPT2* model) {
-    cudaCheck(cudaMemset(model->grads_memory, 0, model->num_parameters * sizeof(float)));
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float)));
 }
 
-// Backward pass of the last forward (which must have had targets); gradients accumulate (+=).
+// Backward pass of the last forward (which must have computed the classifier's gradients, and
+// so dlnf in acts.dbtc); gradients accumulate (+=).
 static void gpt2_backward(GPT2* model) {
-    if (!model->has_targets) { fail("gpt2_backward: the last forward pass had no targets"); }
+    if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
+    model->grads_pending = false;
     const GPT2Config* c = &model->config;
     int B = model->B, T = model->T;
-    int L = c->num_layers, NH = c->num_heads, C = c->channels, Vp = c->padded_vocab_size;
+    int L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts;
     float* partials = model->reduce_partials;
     unsigned int* counters = model->reduce_counters;
 
-    cudaCheck(cudaMemset(a.dresidual, 0, btc * sizeof(float)));
-    matmul_backward(a.dbtc, g.wte, NULL, partials, counters, a.logits, a.lnf, p.wte, BT, C, Vp);
+    cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(float)));
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, partials, counters, a.dbtc, a.residual3 + (L - 1) * btc, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C);
     for (int l = L - 1; l >= 0; l--) {
@@ -1158,10 +1227,10 @@ static void gpt2_backward(GPT2* model) {
 }
 
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0);
-// returns nothing, the norm stays on the device (gpt2_grad_norm reads it).
+// the norm stays on the device (gpt2_grad_norm reads it).
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float max_norm) {
-    grad_norm_kernel<<<GRAD_NORM_BLOCKS, 1024>>>(model->norm_scale_device, model->reduce_partials,
+    grad_norm_kernel<<<GRAD_NORM_BLOCKS, 1024>>>(model->step_stats + 1, model->reduce_partials,
                                                  model->reduce_counters, model->grads_memory, model->num_parameters,
                                                  max_norm);
     cudaCheck(cudaGetLastError());
@@ -1174,7 +1243,7 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
     float bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)model->adam_step));
     adamw_kernel<<<ceil_div(model->num_parameters, 256), 256>>>(model->params_memory, model->m_memory, model->v_memory,
                                                                 model->grads_memory, model->num_parameters, table,
-                                                                model->norm_scale_device + 1, lr, beta1, beta2,
+                                                                model->step_stats + 2, lr, beta1, beta2,
                                                                 bias_correction1, bias_correction2_sqrt, eps,
                                                                 weight_decay);
     cudaCheck(cudaGetLastError());
@@ -1189,21 +1258,25 @@ static uint64_t gpt2_weights_checksum(const GPT2* model) {
     return hash;
 }
 
-static float gpt2_grad_norm(const GPT2* model) {
-    float norm;
-    cudaCheck(cudaMemcpy(&norm, model->norm_scale_device, sizeof(float), cudaMemcpyDeviceToHost));
-    return norm;
+// The loss accumulated since gpt2_reset_loss and the gradient norm of the last update, in one
+// read that waits for the GPU.
+static void gpt2_read_stats(const GPT2* model, float* loss, float* grad_norm) {
+    float stats[2];
+    cudaCheck(cudaMemcpy(stats, model->step_stats, sizeof(stats), cudaMemcpyDeviceToHost));
+    *loss = stats[0];
+    *grad_norm = stats[1];
 }
 
 static void gpt2_free(GPT2* model) {
     float* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                        model->acts_memory, model->reduce_partials, model->mean_loss_device,
-                        model->norm_scale_device};
+                        model->acts_memory, model->reduce_partials, model->step_stats};
     for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
     int* int_buffers[] = {model->inputs, model->targets, model->bucket_tokens, model->bucket_starts,
                           model->bucket_positions};
     for (int* buffer : int_buffers) { cudaCheck(cudaFree(buffer)); }
     cudaCheck(cudaFree(model->reduce_counters));
+    cudaCheck(cudaFreeHost(model->staging));
+    cudaCheck(cudaEventDestroy(model->upload_done));
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1639,12 +1712,14 @@ static FILE* open_run_log(const TrainArgs* args) {
 
 static float validation_loss(GPT2* model, DataLoader* loader, int batches) {
     dataloader_reset(loader);
-    float sum = 0.0f;
+    gpt2_reset_loss(model);
     for (int i = 0; i < batches; i++) {
         dataloader_next_batch(loader);
-        sum += gpt2_forward(model, loader->inputs, loader->targets, loader->B, loader->T);
+        gpt2_forward(model, loader->inputs, loader->targets, loader->B, loader->T, 1.0f / batches);
     }
-    return sum / batches;
+    float loss, grad_norm;
+    gpt2_read_stats(model, &loss, &grad_norm);
+    return loss;
 }
 
 static void print_row(const char* name, const char* fmt, ...) {
@@ -1683,17 +1758,42 @@ static void print_config(const GPT2* model, const TrainArgs* args, size_t train_
     printf("%s", rule);
 }
 
-// One optimizer step over grad_accum_steps micro-batches; returns the mean loss.
-static float train_step(GPT2* model, DataLoader* loader, const RunShape* r, int step) {
+// Device time of the phases of the steps so far: events around each forward, backward and update.
+typedef struct {
+    std::vector<cudaEvent_t> marks;  // start, then after each forward and backward, then after the update
+    double forward_ms, backward_ms, update_ms;
+} PhaseTimes;
+
+static void phase_times_init(PhaseTimes* times, int micro_steps) {
+    *times = PhaseTimes();
+    times->marks.resize(2 * micro_steps + 2);
+    for (cudaEvent_t& mark : times->marks) { cudaCheck(cudaEventCreate(&mark)); }
+}
+
+// Adds the last step's phases (its events have completed).
+static void phase_times_add(PhaseTimes* times) {
+    size_t n = times->marks.size();
+    for (size_t i = 0; i + 1 < n; i++) {
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, times->marks[i], times->marks[i + 1]));
+        *(i + 2 == n ? &times->update_ms : i % 2 == 0 ? &times->forward_ms : &times->backward_ms) += ms;
+    }
+}
+
+// One optimizer step over grad_accum_steps micro-batches, queued on the GPU without waiting.
+static void train_step(GPT2* model, DataLoader* loader, const RunShape* r, int step, PhaseTimes* times) {
+    cudaCheck(cudaEventRecord(times->marks[0]));
     gpt2_zero_grad(model);
-    float loss = 0.0f;
+    gpt2_reset_loss(model);
     for (int micro = 0; micro < r->grad_accum_steps; micro++) {
         if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(loader); }
-        loss += gpt2_forward(model, loader->inputs, loader->targets, r->B, r->T, (float)r->grad_accum_steps);
+        gpt2_forward(model, loader->inputs, loader->targets, r->B, r->T, 1.0f / r->grad_accum_steps, true);
+        cudaCheck(cudaEventRecord(times->marks[2 * micro + 1]));
         gpt2_backward(model);
+        cudaCheck(cudaEventRecord(times->marks[2 * micro + 2]));
     }
     gpt2_update(model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);
-    return loss / r->grad_accum_steps;
+    cudaCheck(cudaEventRecord(times->marks.back()));
 }
 
 int main(int argc, char** argv) {
@@ -1737,6 +1837,8 @@ int main(int argc, char** argv) {
     double flops_per_step = (6.0 * model.num_parameters + 6.0 * c->num_layers * r->T * c->channels) * tokens_per_step;
     double timed_seconds = 0.0;
     int timed_steps = 0;
+    PhaseTimes phases;
+    phase_times_init(&phases, r->grad_accum_steps);
     for (int step = start_step; step <= r->max_steps; step++) {
         bool last_step = step == r->max_steps || (args.stop_at > 0 && step == args.stop_at);
         bool checkpoint_due = args.checkpoint_every > 0 && step % args.checkpoint_every == 0;
@@ -1755,12 +1857,14 @@ int main(int argc, char** argv) {
         if (last_step) { break; }
 
         double start = wall_seconds();
-        float loss = train_step(&model, &train_loader, r, step);
-        float grad_norm = gpt2_grad_norm(&model);  // waits for the step to finish
+        train_step(&model, &train_loader, r, step, &phases);
+        float loss, grad_norm;
+        gpt2_read_stats(&model, &loss, &grad_norm);  // the step's one wait for the GPU
         double seconds = wall_seconds() - start;
         if (step > start_step) {  // the first step of a process includes one-time setup
             timed_seconds += seconds;
             timed_steps++;
+            phase_times_add(&phases);
         }
         double mean_seconds = timed_steps > 0 ? timed_seconds / timed_steps : seconds;
         double mfu = peak_tflops > 0 ? 100.0 * flops_per_step / seconds / (peak_tflops * 1e12) : 0.0;
@@ -1774,7 +1878,12 @@ int main(int argc, char** argv) {
             fflush(log);
         }
     }
-    if (timed_steps > 0) { printf("average step: %.2f ms\n", timed_seconds / timed_steps * 1e3); }
+    if (timed_steps > 0) {
+        printf("average step: %.2f ms (forward %.2f, backward %.2f, update %.2f ms on the GPU)\n",
+               timed_seconds / timed_steps * 1e3, phases.forward_ms / timed_steps, phases.backward_ms / timed_steps,
+               phases.update_ms / timed_steps);
+    }
+    printf("GPU memory allocated: %.3f GB\n", g_device_bytes / 1e9);
     printf("weights checksum: %016llx\n", (unsigned long long)gpt2_weights_checksum(&model));
     if (log) { fclose(log); }
 

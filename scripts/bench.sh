@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Our trainer against PyTorch (train_gpt2.py: torch.compile, flash SDPA for softmax, TF32) on the
+# same GPU, data and steps: GPT-2 124M from scratch, T=1024, one optimizer step per B x T batch.
+# Prints ms/step, tok/s, MFU (dense TF32 peak), peak memory and our time / PyTorch's, then our
+# time per phase and the top kernels of one step (ncu, when present).
+#   scripts/bench.sh [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [--no-torch] [--kernels]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+batches="4 8 16 32"; kinds="softmax relu"; steps=30; torch=1; kernels=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -b) batches=$2; shift 2 ;;
+    -k) kinds=$2; shift 2 ;;
+    -n) steps=$2; shift 2 ;;
+    --no-torch) torch=0; shift ;;
+    --kernels) kernels=1; shift ;;
+    *) echo "error: unknown argument $1 (see the header of $0)" >&2; exit 1 ;;
+  esac
+done
+make -j"$(nproc)" train_gpt2_fp32 > /dev/null
+make data > /dev/null
+data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
+logs=$(mktemp -d)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+flops_per_token=$(( 6 * 124475904 + 6 * 12 * 1024 * 768 ))
+
+rows=()
+for kind in $kinds; do
+  for B in $batches; do
+    ./train_gpt2_fp32 -e d12 -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 -i "$data" > "$logs/ours_${kind}_$B.log" 2>&1 \
+      || { echo "error: our trainer failed at B=$B $kind:"; tail -n 3 "$logs/ours_${kind}_$B.log"; exit 1; }
+    ours_ms=$(grep '^average step' "$logs/ours_${kind}_$B.log" | awk '{print $3}')
+    ours_gb=$(grep '^GPU memory allocated' "$logs/ours_${kind}_$B.log" | awk '{print $4}')
+    phases=$(grep '^average step' "$logs/ours_${kind}_$B.log" | sed 's/.*(\(.*\))/\1/')
+    torch_ms=-; torch_gb=-
+    if [ "$torch" = 1 ]; then
+      flash=$([ "$kind" = softmax ] && echo --flash || true)
+      python3 train_gpt2.py --model d12 --attn "$kind" --batch "$B" --seq-len 1024 --steps "$steps" --train-shards "$data" \
+        --compile --tf32 $flash > "$logs/torch_${kind}_$B.log" 2>&1 \
+        || { echo "error: PyTorch failed at B=$B $kind:"; tail -n 3 "$logs/torch_${kind}_$B.log"; exit 1; }
+      torch_ms=$(grep '^RESULT' "$logs/torch_${kind}_$B.log" | sed 's/.*ms_per_step=\([0-9.]*\).*/\1/')
+      torch_gb=$(grep '^RESULT' "$logs/torch_${kind}_$B.log" | sed 's/.*peak_mem_gb=\([0-9.]*\).*/\1/')
+    fi
+    rows+=("$kind $B $ours_ms $ours_gb $torch_ms $torch_gb")
+    echo "$kind B=$B: ours $ours_ms ms ($phases), $ours_gb GB; PyTorch $torch_ms ms, $torch_gb GB"
+  done
+done
+
+echo
+echo "GPT-2 124M, T=1024, $steps steps, $gpu; MFU against the dense TF32 peak (494.7 TFLOP/s on H100/H200)"
+printf "%-8s %3s | %9s %9s %6s %8s | %9s %9s %8s | %7s %7s\n" attn B "ours ms" "tok/s" MFU "mem GB" "torch ms" "tok/s" "mem GB" "time x" "mem x"
+for row in "${rows[@]}"; do
+  set -- $row
+  awk -v kind="$1" -v B="$2" -v ms="$3" -v gb="$4" -v tms="$5" -v tgb="$6" -v fpt="$flops_per_token" 'BEGIN {
+    tok = B * 1024; mfu = 100 * fpt * tok / (ms / 1000) / 494.7e12
+    if (tms == "-") { printf "%-8s %3d | %9.2f %9.0f %5.1f%% %8.2f | %9s %9s %8s | %7s %7s\n", kind, B, ms, tok / ms * 1000, mfu, gb, "-", "-", "-", "-", "-" }
+    else { printf "%-8s %3d | %9.2f %9.0f %5.1f%% %8.2f | %9.2f %9.0f %8.2f | %7.3f %7.3f\n", kind, B, ms, tok / ms * 1000, mfu, gb, tms, tok / tms * 1000, tgb, ms / tms, gb / tgb }
+  }'
+done
+
+if [ "$kernels" = 1 ] && command -v ncu > /dev/null; then
+  B=$(echo $batches | awk '{print $NF}'); kind=$(echo $kinds | awk '{print $1}')
+  echo
+  echo "top kernels of the first step (B=$B, $kind; ncu, kernels serialised, caches not flushed):"
+  ncu --clock-control none --cache-control none --print-units base --metrics gpu__time_duration.sum --csv \
+    --launch-count 800 ./train_gpt2_fp32 -e d12 -A "$kind" -b "$B" -t 1024 -x 1 -v 0 -s 0 -i "$data" \
+    > "$logs/ncu.csv" 2> /dev/null || true
+  awk -F'","' '$0 ~ /gpu__time_duration/ && $5 !~ /init_normal/ { name = $5; sub(/\(.*/, "", name); sub(/^void /, "", name)
+      t[name] += $NF; total += $NF }
+    END { for (k in t) printf "%8.3f ms %5.1f%%  %s\n", t[k] / 1e6, 100 * t[k] / total, k; printf "%8.3f ms total\n", total / 1e6 }' \
+    "$logs/ncu.csv" | sort -rn | head -n 16
+fi
+rm -rf "$logs"
