@@ -7,19 +7,12 @@
 #include <thread>
 #include <vector>
 
+#include "dev/test/files.h"
 #include "llmc/tokenizer.h"
 
 static const char* kEncoderPath = "dev/data/gpt2_encoder.json";
 static const int kRuns = 5;
 
-static std::string read_file(const char* path) {
-    FILE* f = fopen_or_fail(path, "rb");
-    int64_t size = file_size(path);
-    std::string data((size_t)(size > 0 ? size : 0), '\0');
-    fread_or_fail(&data[0], 1, data.size(), f, path);
-    fclose(f);
-    return data;
-}
 
 // Seconds to encode `text` once, appending to a fresh vector.
 static double time_encode(const Tokenizer* tok, const std::string& text, size_t* num_tokens) {

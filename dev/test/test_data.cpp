@@ -4,6 +4,7 @@
 #include <set>
 
 #include "dev/data/prepare_data.h"
+#include "dev/test/files.h"
 #include "dev/test/sha256.h"
 #include "dev/test/testing.h"
 
@@ -26,22 +27,6 @@ static void remove_dir(const std::string& dir) {
 }
 
 // A file's bytes, or "" if it cannot be read.
-static std::string file_bytes(const std::string& path) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (f == NULL) { return ""; }
-    std::string bytes;
-    char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) { bytes.append(buf, n); }
-    fclose(f);
-    return bytes;
-}
-
-static void write_file(const std::string& path, const std::string& bytes) {
-    FILE* f = fopen_or_fail(path.c_str(), "wb");
-    fwrite_or_fail(bytes.data(), 1, bytes.size(), f, path.c_str());
-    fclose(f);
-}
 
 // Exit status of a shell command (-1 if it did not exit normally).
 static int run_command(const std::string& command) {
@@ -431,7 +416,7 @@ TEST(sha256_known_vectors) {
 // prepare_data.
 
 static std::vector<uint16_t> shard_tokens(const std::string& path) {
-    std::string bytes = file_bytes(path);
+    std::string bytes = read_file(path);
     std::vector<uint16_t> tokens;
     if (bytes.size() < (size_t)DATALOADER_HEADER_BYTES) { return tokens; }
     tokens.resize((bytes.size() - DATALOADER_HEADER_BYTES) / 2);
@@ -466,24 +451,24 @@ TEST(tool_encode_decode_round_trip) {
     std::string text = "Hello world";
     write_file(dir + "/hello.txt", text);
     CHECK(run_command("./prepare_data encode " + dir + "/hello.txt > " + dir + "/hello.ids") == 0);
-    CHECK(file_bytes(dir + "/hello.ids") == "15496 995\n");
+    CHECK(read_file(dir + "/hello.ids") == "15496 995\n");
     std::string any_bytes = "First Citizen:\nBefore we proceed, caf\xc3\xa9 \xf0\x9f\x98\x80 <|endoftext|>  \t\r\n";
     for (int b = 0; b < 256; b++) { any_bytes.push_back((char)b); }
     any_bytes += "\xff\xfe\xc3 truncated \xe2\x82";
     write_file(dir + "/any.bin", any_bytes);
     CHECK(run_command("./prepare_data encode " + dir + "/any.bin > " + dir + "/any.ids") == 0);
-    std::string ids = file_bytes(dir + "/any.ids");
+    std::string ids = read_file(dir + "/any.ids");
     CHECK(!ids.empty() && ids.back() == '\n' && ids.find('\n') == ids.size() - 1);
     CHECK(ids.find("  ") == std::string::npos && ids[0] != ' ');
     CHECK(run_command("./prepare_data decode < " + dir + "/any.ids > " + dir + "/any.out") == 0);
-    CHECK(file_bytes(dir + "/any.out") == any_bytes);
+    CHECK(read_file(dir + "/any.out") == any_bytes);
     write_file(dir + "/bad.ids", "15496 50257 995");
     std::string decode_bad = "./prepare_data decode < " + dir + "/bad.ids > " + dir + "/bad.out";
     CHECK(run_command(decode_bad + " 2> " + dir + "/bad.err") == 1);
-    CHECK(file_bytes(dir + "/bad.err").find("error: decode: bad token id \"50257\"") != std::string::npos);
-    CHECK(file_bytes(dir + "/bad.out").empty());
+    CHECK(read_file(dir + "/bad.err").find("error: decode: bad token id \"50257\"") != std::string::npos);
+    CHECK(read_file(dir + "/bad.out").empty());
     CHECK(run_command("./prepare_data frobnicate 2> " + dir + "/usage.err") == 1);
-    CHECK(file_bytes(dir + "/usage.err").find("usage: ./prepare_data") != std::string::npos);
+    CHECK(read_file(dir + "/usage.err").find("usage: ./prepare_data") != std::string::npos);
     remove_dir(dir);
 }
 
@@ -524,7 +509,7 @@ static std::string json_quote(const std::string& text, bool escape_unicode) {
 // A small corpus: a directory with .txt and .jsonl files (one nested) and a file of
 // another kind to ignore. Returns the documents in the order the tool must read them.
 static std::vector<std::string> make_corpus(const std::string& dir) {
-    std::string shakespeare = file_bytes(TINYSHAKESPEARE_TEXT);
+    std::string shakespeare = read_file(TINYSHAKESPEARE_TEXT);
     std::vector<std::string> docs;
     std::filesystem::create_directories(dir + "/corpus/sub");
     docs.push_back(shakespeare.substr(0, 3000));
@@ -594,13 +579,13 @@ TEST(shards_mode_keeps_documents_and_is_thread_count_independent) {
     CHECK(run_command("./prepare_data shards -o " + four + " --shard-size 2000 --threads 4 " + dir +
                       "/corpus > /dev/null 2>&1") == 0);
     for (int64_t i = 0; i <= num_shards; i++) {
-        CHECK(file_bytes(shard_path(options.out_prefix, i)) == file_bytes(shard_path(four, i)));
+        CHECK(read_file(shard_path(options.out_prefix, i)) == read_file(shard_path(four, i)));
     }
     options.threads = 4;
     options.out_prefix = dir + "/four_direct/data";
     prepare_shards(gpt2_tokenizer(), &options);
     for (int64_t i = 0; i <= num_shards; i++) {
-        CHECK(file_bytes(shard_path(dir + "/one/data", i)) == file_bytes(shard_path(options.out_prefix, i)));
+        CHECK(read_file(shard_path(dir + "/one/data", i)) == read_file(shard_path(options.out_prefix, i)));
     }
 
     DataLoader dl;  // the shards are valid input for the loader
@@ -614,7 +599,7 @@ TEST(shards_mode_keeps_documents_and_is_thread_count_independent) {
 // About 6.7 MB of text: several encoding rounds, whose size depends on the thread count.
 TEST(shards_mode_output_spans_rounds_in_document_order) {
     std::string dir = make_temp_dir();
-    std::string shakespeare = file_bytes(TINYSHAKESPEARE_TEXT);
+    std::string shakespeare = read_file(TINYSHAKESPEARE_TEXT);
     std::vector<std::string> docs;
     std::filesystem::create_directories(dir + "/corpus");
     for (int copy = 0; copy < 5; copy++) {
@@ -654,12 +639,12 @@ TEST(shards_mode_refuses_to_overwrite_without_force) {
     int64_t num_shards = 0;
     all_shard_tokens(options.out_prefix, &num_shards);
     std::string first_shard = shard_path(options.out_prefix, 0);
-    std::string before = file_bytes(first_shard);
+    std::string before = read_file(first_shard);
     CHECK(expect_exit_failure([&]() { prepare_shards(gpt2_tokenizer(), &options); },
                               (first_shard + " already exists (use --force to overwrite)").c_str()));
     std::string rerun = "./prepare_data shards -o " + options.out_prefix + " " + dir + "/corpus/a.txt";
     CHECK(run_command(rerun + " 2> /dev/null") == 1);
-    CHECK(file_bytes(first_shard) == before);
+    CHECK(read_file(first_shard) == before);
     // With --force the shards are rewritten, and those the new run does not produce go.
     options.force = true;
     options.shard_size = 1000000;

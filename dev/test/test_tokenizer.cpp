@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "dev/test/files.h"
 #include "dev/test/testing.h"
 #include "llmc/tokenizer.h"
 
@@ -54,19 +55,7 @@ static std::vector<std::string> pieces(const std::string& text) {
     return result;
 }
 
-static std::string read_file(const char* path) {
-    FILE* f = fopen_or_fail(path, "rb");
-    std::string data((size_t)file_size(path), '\0');
-    fread_or_fail(&data[0], 1, data.size(), f, path);
-    fclose(f);
-    return data;
-}
 
-static void write_file(const std::string& path, const std::string& data) {
-    FILE* f = fopen_or_fail(path.c_str(), "wb");
-    fwrite_or_fail(data.data(), 1, data.size(), f, path.c_str());
-    fclose(f);
-}
 
 // A fresh temporary directory for files a test writes.
 static std::string make_temp_dir() {
