@@ -1,5 +1,6 @@
 # gpt2fp32: GPT-2 training in CUDA C++ (FP32 weights and activations, TF32 tensor cores).
-#   make / make all   build every binary
+#   make / make all   build every binary, the kernel lab (dev/cuda) included
+#   make lab          build the kernel lab; make -C dev/cuda run builds and runs it (needs a GPU)
 #   make train        build, prepare tiny Shakespeare if missing, train GPT-2 124M from scratch
 #   make test         build, run the CPU tests and the GPU test (SKIPPED without a GPU)
 #   make data         prepare the tiny Shakespeare shards
@@ -22,7 +23,7 @@ else
 endif
 
 CXXFLAGS := -O3 -std=c++17 -Wall -Wextra -I. -pthread
-NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra -Xptxas -warn-spills
+NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra
 NVCCLIBS := -lcublasLt -lcublas
 
 TRAIN_DATA := dev/data/tinyshakespeare/tiny_shakespeare_train.bin
@@ -31,9 +32,12 @@ LLMC_HEADERS := $(wildcard llmc/*.h)
 CPU_TESTS := build/test_tokenizer build/test_data
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data $(CPU_TESTS) build/bench_tokenizer
 
-.PHONY: all train test data fixtures test-124m bench-tokenizer clean
+.PHONY: all train test data fixtures test-124m bench-tokenizer clean lab
 
-all: $(BINARIES)
+all: $(BINARIES) lab
+
+lab:
+	$(MAKE) -C dev/cuda
 
 train_gpt2_fp32: train_gpt2_fp32.cu $(LLMC_HEADERS)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCCLIBS)
@@ -81,12 +85,14 @@ fixtures:
 	    || exit 1; \
 	done
 
-# References in GPT-2 124M shape (B=4, T=1024), generated where PyTorch is, then checked.
+# References in GPT-2 124M shape (B=4, T=1024), generated where PyTorch is, then checked. The
+# learning rate is kept low: at 3e-4 a fresh 124M model hits a gradient-norm spike by step 3 that
+# amplifies rounding differences, and the step comparisons would test chaos, not the code.
 REF124 := build/ref124m
 test-124m: test_gpt2_fp32 $(VAL_DATA)
 	@mkdir -p $(REF124)
 	for kind in softmax relu; do \
-	  $(PYTHON) train_gpt2.py --model d12 --attn $$kind --batch 4 --seq-len 1024 --steps 6 --lr 3e-4 $(REFERENCE_STEPS) \
+	  $(PYTHON) train_gpt2.py --model d12 --attn $$kind --batch 4 --seq-len 1024 --steps 6 --lr 1e-4 $(REFERENCE_STEPS) \
 	    --tokens $(VAL_DATA) --write-model $(REF124)/$${kind}_model.bin --write-state $(REF124)/$${kind}_state.bin && \
 	  ./test_gpt2_fp32 -f 0 -m $(REF124)/$${kind}_model.bin -s $(REF124)/$${kind}_state.bin || exit 1; \
 	done

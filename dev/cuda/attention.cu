@@ -1,0 +1,629 @@
+/*
+Kernel lab: causal attention (softmax and ReLU), forward and backward.
+  variant 1  materialised attention (below): cuBLASLt batched GEMMs over (B, NH, T, T), TF32
+  variant 2  the trainer's flash attention, TF32
+  variant 3  the trainer's flash attention, split-TF32 (FP32-accurate, what -f 0 runs)
+Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
+heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
+see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
+launches), checks that 10 runs give bit-identical outputs, and prints one table at the end.
+
+  make attention && ./attention        all variants
+  ./attention 2 3                      only the listed variants
+  ./attention --small 2                only the small checks (for compute-sanitizer)
+*/
+#define TESTING
+#include "../../train_gpt2_fp32.cu"
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <thread>
+
+// ----------------------------------------------------------------------------------------------
+// Variant 1, materialised attention (the trainer's before flash attention): the scores as a
+// (B, NH, T, T) tensor, multiplied through cuBLASLt batched over the B*NH heads, which need q, k, v
+// in the head-major layout (B, NH, T, hs).
+
+// Copies between the token-major layout (B, T, G, NH, hs) of the linear layers and the head-major
+// layout G x (B, NH, T, hs); G = 3 for q, k, v, and 1 for the attention output.
+template <bool TO_HEADS>
+__global__ void transpose_heads_kernel(float* dst, const float* src, int B, int T, int G, int NH, int hs) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t per_group = (size_t)B * NH * T * hs;
+    if (idx >= G * per_group) { return; }
+    size_t g = idx / per_group, rest = idx % per_group;
+    int d = (int)(rest % hs);
+    int t = (int)((rest / hs) % T);
+    int h = (int)((rest / ((size_t)hs * T)) % NH);
+    size_t b = rest / ((size_t)hs * T * NH);
+    size_t token_idx = (((b * T + t) * G + g) * NH + h) * hs + d;
+    if (TO_HEADS) { dst[idx] = src[token_idx]; }
+    else { dst[token_idx] = src[idx]; }
+}
+
+template <bool TO_HEADS>
+static void transpose_heads(float* dst, const float* src, int B, int T, int G, int NH, int hs) {
+    const int block_size = 256;
+    size_t n = (size_t)G * B * NH * T * hs;
+    transpose_heads_kernel<TO_HEADS><<<ceil_div(n, block_size), block_size>>>(dst, src, B, T, G, NH, hs);
+    cudaCheck(cudaGetLastError());
+}
+
+// In place, one warp per row (b, h, t) of scaled scores q_t.k_s/sqrt(hs): softmax over s <= t, or
+// relu(score)/(t+1); 0 for s > t.
+template <AttentionKind KIND>
+__global__ void attention_scores_forward_kernel(float* att, int rows, int T) {
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank();
+    if (row >= rows) { return; }
+    int t = row % T;
+    float* x = att + (size_t)row * T;
+    if (KIND == ATTENTION_SOFTMAX) {
+        float max_score = -FLT_MAX;
+        for (int s = warp.thread_rank(); s <= t; s += 32) { max_score = fmaxf(max_score, x[s]); }
+        max_score = cg::reduce(warp, max_score, cg::greater<float>());
+        float sum = 0.0f;
+        for (int s = warp.thread_rank(); s <= t; s += 32) { sum += expf(x[s] - max_score); }
+        sum = cg::reduce(warp, sum, cg::plus<float>());
+        for (int s = warp.thread_rank(); s < T; s += 32) { x[s] = s <= t ? expf(x[s] - max_score) / sum : 0.0f; }
+    } else {
+        float inv_visible = 1.0f / (t + 1);
+        for (int s = warp.thread_rank(); s < T; s += 32) { x[s] = s <= t ? fmaxf(x[s], 0.0f) * inv_visible : 0.0f; }
+    }
+}
+
+// In place, datt -> d(scaled score), one warp per row. Softmax: att * (datt - sum_s att * datt);
+// ReLU: datt / (t+1) where the score was positive (att > 0).
+template <AttentionKind KIND>
+__global__ void attention_scores_backward_kernel(float* datt, const float* att, int rows, int T) {
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank();
+    if (row >= rows) { return; }
+    int t = row % T;
+    float* d = datt + (size_t)row * T;
+    const float* a = att + (size_t)row * T;
+    if (KIND == ATTENTION_SOFTMAX) {
+        float dot = 0.0f;
+        for (int s = warp.thread_rank(); s <= t; s += 32) { dot += a[s] * d[s]; }
+        dot = cg::reduce(warp, dot, cg::plus<float>());
+        for (int s = warp.thread_rank(); s < T; s += 32) { d[s] = s <= t ? a[s] * (d[s] - dot) : 0.0f; }
+    } else {
+        float inv_visible = 1.0f / (t + 1);
+        for (int s = warp.thread_rank(); s < T; s += 32) { d[s] = s <= t && a[s] > 0.0f ? d[s] * inv_visible : 0.0f; }
+    }
+}
+
+static const int ATTENTION_SCORES_BLOCK = 256;
+
+static void attention_scores_forward(float* att, int rows, int T, AttentionKind kind) {
+    unsigned int grid = ceil_div(rows, ATTENTION_SCORES_BLOCK / 32);
+    if (kind == ATTENTION_SOFTMAX) { attention_scores_forward_kernel<ATTENTION_SOFTMAX><<<grid, ATTENTION_SCORES_BLOCK>>>(att, rows, T); }
+    else { attention_scores_forward_kernel<ATTENTION_RELU><<<grid, ATTENTION_SCORES_BLOCK>>>(att, rows, T); }
+    cudaCheck(cudaGetLastError());
+}
+
+static void attention_scores_backward(float* datt, const float* att, int rows, int T, AttentionKind kind) {
+    unsigned int grid = ceil_div(rows, ATTENTION_SCORES_BLOCK / 32);
+    if (kind == ATTENTION_SOFTMAX) { attention_scores_backward_kernel<ATTENTION_SOFTMAX><<<grid, ATTENTION_SCORES_BLOCK>>>(datt, att, rows, T); }
+    else { attention_scores_backward_kernel<ATTENTION_RELU><<<grid, ATTENTION_SCORES_BLOCK>>>(datt, att, rows, T); }
+    cudaCheck(cudaGetLastError());
+}
+
+// out (B, T, C) and att (B, NH, T, T) from qkv (B, T, 3C). Scratch: qkvr (3, B, NH, T, hs) and
+// heads (B, NH, T, hs).
+static void attention_forward(float* out, float* att, float* qkvr, float* heads, const float* qkv, int B, int T,
+                              int C, int NH, AttentionKind kind) {
+    int hs = C / NH, batch = B * NH;
+    size_t btc = (size_t)B * T * C, head_stride = (size_t)T * hs, att_stride = (size_t)T * T;
+    float *q = qkvr, *k = qkvr + btc, *v = qkvr + 2 * btc;
+    transpose_heads<true>(qkvr, qkv, B, T, 3, NH, hs);
+    matmul(att, k, q, NULL, T, T, hs, true, false, 1.0f / sqrtf((float)hs), 0.0f, batch, head_stride, head_stride,
+           att_stride);
+    attention_scores_forward(att, batch * T, T, kind);
+    matmul(heads, v, att, NULL, hs, T, T, false, false, 1.0f, 0.0f, batch, head_stride, att_stride, head_stride);
+    transpose_heads<false>(out, heads, B, T, 1, NH, hs);
+}
+
+// dqkv (B, T, 3C) from dout (B, T, C). Scratch: qkvr and dqkvr (3, B, NH, T, hs), dheads
+// (B, NH, T, hs), datt (B, NH, T, T).
+static void attention_backward(float* dqkv, float* dqkvr, float* datt, float* dheads, float* qkvr, const float* dout,
+                               const float* qkv, const float* att, int B, int T, int C, int NH, AttentionKind kind) {
+    int hs = C / NH, batch = B * NH;
+    size_t btc = (size_t)B * T * C, head_stride = (size_t)T * hs, att_stride = (size_t)T * T;
+    float *q = qkvr, *k = qkvr + btc, *v = qkvr + 2 * btc;
+    float *dq = dqkvr, *dk = dqkvr + btc, *dv = dqkvr + 2 * btc;
+    float scale = 1.0f / sqrtf((float)hs);
+    transpose_heads<true>(qkvr, qkv, B, T, 3, NH, hs);
+    transpose_heads<true>(dheads, dout, B, T, 1, NH, hs);
+    matmul(datt, v, dheads, NULL, T, T, hs, true, false, 1.0f, 0.0f, batch, head_stride, head_stride, att_stride);
+    matmul(dv, dheads, att, NULL, hs, T, T, false, true, 1.0f, 0.0f, batch, head_stride, att_stride, head_stride);
+    attention_scores_backward(datt, att, batch * T, T, kind);
+    matmul(dq, k, datt, NULL, hs, T, T, false, false, scale, 0.0f, batch, head_stride, att_stride, head_stride);
+    matmul(dk, q, datt, NULL, hs, T, T, false, true, scale, 0.0f, batch, head_stride, att_stride, head_stride);
+    transpose_heads<false>(dqkv, dqkvr, B, T, 3, NH, hs);
+}
+
+static const double TF32_PEAK_TFLOPS = 402.0;
+// Tolerances on max |error| / max |reference|, forward and backward, and why.
+typedef struct {
+    double forward, backward;
+    const char* reason;
+} Tolerance;
+
+static const Tolerance TF32_TOLERANCE = {5e-3, 1e-2,
+                                         "TF32 10-bit mantissas; fwd: the trainer's TF32 logits tolerance; bwd: "
+                                         "dS = P(dP - delta) cancels, the trainer's TF32 gradients take 1e-1"};
+static const Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
+                                         "fp32 level; fwd: the trainer's -f 0 logits tolerance; bwd: dS sums to 0 "
+                                         "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
+static const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32"};
+
+typedef struct {
+    int B, T, NH, hs;
+} Shape;
+
+static std::string shape_name(Shape s) {
+    char text[64];
+    snprintf(text, sizeof(text), "B%d T%d NH%d hs%d", s.B, s.T, s.NH, s.hs);
+    return text;
+}
+
+static std::vector<std::string> g_table;
+
+static void table_row(const char* what, Shape s, AttentionKind kind, int variant, const char* forward,
+                      const char* backward, const char* note) {
+    char line[512];
+    snprintf(line, sizeof(line), "| %-11s | %-22s | %-7s | %-20s | %-30s | %-30s | %s", what, shape_name(s).c_str(),
+             attention_name(kind), VARIANT_NAMES[variant], forward, backward, note);
+    g_table.push_back(line);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Buffers and runs
+
+typedef struct {
+    Shape shape;
+    float *qkv, *dout, *out, *lse, *dqkv, *delta;
+    float *qkvr, *heads, *att, *dqkvr, *datt;  // the materialised variant's scratch
+} Buffers;
+
+static Buffers buffers_create(Shape s, bool materialised) {
+    size_t btc = (size_t)s.B * s.T * s.NH * s.hs, bht = (size_t)s.B * s.NH * s.T;
+    Buffers d = {};
+    d.shape = s;
+    d.qkv = (float*)device_malloc(3 * btc * sizeof(float), "qkv");
+    d.dout = (float*)device_malloc(btc * sizeof(float), "dout");
+    d.out = (float*)device_malloc(btc * sizeof(float), "out");
+    d.lse = (float*)device_malloc(bht * sizeof(float), "lse");
+    d.dqkv = (float*)device_malloc(3 * btc * sizeof(float), "dqkv");
+    d.delta = (float*)device_malloc(bht * sizeof(float), "delta");
+    if (materialised) {
+        d.qkvr = (float*)device_malloc(3 * btc * sizeof(float), "qkvr");
+        d.heads = (float*)device_malloc(btc * sizeof(float), "heads");
+        d.att = (float*)device_malloc(bht * s.T * sizeof(float), "att");
+        d.dqkvr = (float*)device_malloc(3 * btc * sizeof(float), "dqkvr");
+        d.datt = (float*)device_malloc(bht * s.T * sizeof(float), "datt");
+    }
+    return d;
+}
+
+static void buffers_free(Buffers* d) {
+    for (float* p : {d->qkv, d->dout, d->out, d->lse, d->dqkv, d->delta, d->qkvr, d->heads, d->att, d->dqkvr,
+                     d->datt}) {
+        if (p != NULL) { cudaCheck(cudaFree(p)); }
+    }
+}
+
+static void run_forward(Buffers* d, AttentionKind kind, int variant) {
+    Shape s = d->shape;
+    if (variant == 1) {
+        attention_forward(d->out, d->att, d->qkvr, d->heads, d->qkv, s.B, s.T, s.NH * s.hs, s.NH, kind);
+    } else {
+        flash_attention_forward(d->out, d->lse, d->qkv, s.B, s.T, s.NH, s.hs, kind, variant == 3);
+    }
+}
+
+static void run_backward(Buffers* d, AttentionKind kind, int variant) {
+    Shape s = d->shape;
+    if (variant == 1) {
+        attention_backward(d->dqkv, d->dqkvr, d->datt, d->heads, d->qkvr, d->dout, d->qkv, d->att, s.B, s.T,
+                           s.NH * s.hs, s.NH, kind);
+    } else {
+        flash_attention_backward(d->dqkv, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH, s.hs, kind,
+                                 variant == 3);
+    }
+}
+
+// Outputs set to NaN (all bits set) so that anything left unwritten shows.
+static void poison_outputs(Buffers* d) {
+    Shape s = d->shape;
+    size_t btc = (size_t)s.B * s.T * s.NH * s.hs, bht = (size_t)s.B * s.NH * s.T;
+    cudaCheck(cudaMemset(d->out, 0xff, btc * sizeof(float)));
+    cudaCheck(cudaMemset(d->lse, 0xff, bht * sizeof(float)));
+    cudaCheck(cudaMemset(d->dqkv, 0xff, 3 * btc * sizeof(float)));
+    cudaCheck(cudaMemset(d->delta, 0xff, bht * sizeof(float)));
+}
+
+static std::vector<float> download(const float* device, size_t n) {
+    std::vector<float> host(n);
+    cudaCheck(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+static void fill_normal(std::vector<float>* v, size_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    v->resize(n);
+    for (size_t i = 0; i < n; i++) { (*v)[i] = normal(rng); }
+}
+
+// ----------------------------------------------------------------------------------------------
+// CPU reference in double precision, per head (b, h)
+
+typedef struct {
+    std::vector<float> out, lse, dqkv;  // full-size; only the checked heads are filled
+} Reference;
+
+static void cpu_attention_head(Reference* ref, const float* qkv, const float* dout, Shape s, AttentionKind kind,
+                               int b, int h) {
+    int T = s.T, hs = s.hs;
+    size_t C = (size_t)s.NH * hs;
+    double scale = 1.0 / sqrt((double)hs);
+    auto q = [&](int t) { return qkv + ((size_t)b * T + t) * 3 * C + h * hs; };
+    auto dy = [&](int t) { return dout + ((size_t)b * T + t) * C + h * hs; };
+    std::vector<double> score(T), p(T), ds(T), dk((size_t)T * hs, 0.0), dv((size_t)T * hs, 0.0);
+    for (int t = 0; t < T; t++) {
+        const float *qt = q(t), *dyt = dy(t);
+        double max_score = -1e300;
+        for (int j = 0; j <= t; j++) {
+            const float* kj = q(j) + C;
+            double dot = 0.0;
+            for (int d = 0; d < hs; d++) { dot += (double)qt[d] * kj[d]; }
+            score[j] = scale * dot;
+            max_score = std::max(max_score, score[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j <= t; j++) {
+            p[j] = kind == ATTENTION_SOFTMAX ? exp(score[j] - max_score) : std::max(score[j], 0.0) / (t + 1);
+            sum += p[j];
+        }
+        if (kind == ATTENTION_SOFTMAX) {
+            for (int j = 0; j <= t; j++) { p[j] /= sum; }
+            ref->lse[((size_t)b * s.NH + h) * T + t] = (float)(max_score + log(sum));
+        }
+        double delta = 0.0;
+        for (int j = 0; j <= t; j++) {
+            const float* vj = q(j) + 2 * C;
+            double dp = 0.0;
+            for (int d = 0; d < hs; d++) { dp += (double)dyt[d] * vj[d]; }
+            ds[j] = dp;
+            delta += p[j] * dp;
+        }
+        for (int j = 0; j <= t; j++) {
+            if (kind == ATTENTION_SOFTMAX) { ds[j] = p[j] * (ds[j] - delta); }
+            else { ds[j] = score[j] > 0.0 ? ds[j] / (t + 1) : 0.0; }
+        }
+        float* out_t = ref->out.data() + ((size_t)b * T + t) * C + h * hs;
+        float* dq_t = ref->dqkv.data() + ((size_t)b * T + t) * 3 * C + h * hs;
+        for (int d = 0; d < hs; d++) {
+            double y = 0.0, dq = 0.0;
+            for (int j = 0; j <= t; j++) {
+                y += p[j] * q(j)[2 * C + d];
+                dq += ds[j] * q(j)[C + d];
+            }
+            out_t[d] = (float)y;
+            dq_t[d] = (float)(scale * dq);
+        }
+        for (int j = 0; j <= t; j++) {
+            for (int d = 0; d < hs; d++) {
+                dk[(size_t)j * hs + d] += scale * ds[j] * qt[d];
+                dv[(size_t)j * hs + d] += p[j] * dyt[d];
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        float* dk_t = ref->dqkv.data() + ((size_t)b * T + t) * 3 * C + C + h * hs;
+        for (int d = 0; d < hs; d++) {
+            dk_t[d] = (float)dk[(size_t)t * hs + d];
+            dk_t[C + d] = (float)dv[(size_t)t * hs + d];
+        }
+    }
+}
+
+// All heads of small shapes; four spread-out heads of large ones (the full CPU run is too slow).
+static std::vector<std::pair<int, int>> checked_heads(Shape s) {
+    std::vector<std::pair<int, int>> heads;
+    if ((size_t)s.B * s.NH * s.T <= 16 * 1024) {
+        for (int b = 0; b < s.B; b++) {
+            for (int h = 0; h < s.NH; h++) { heads.push_back({b, h}); }
+        }
+    } else {
+        heads = {{0, 0}, {s.B - 1, s.NH - 1}, {s.B / 2, s.NH / 2}, {1 % s.B, s.NH - 2}};
+    }
+    return heads;
+}
+
+static Reference cpu_reference(const std::vector<float>& qkv, const std::vector<float>& dout, Shape s,
+                               AttentionKind kind, const std::vector<std::pair<int, int>>& heads) {
+    size_t btc = (size_t)s.B * s.T * s.NH * s.hs;
+    Reference ref = {std::vector<float>(btc), std::vector<float>((size_t)s.B * s.NH * s.T),
+                     std::vector<float>(3 * btc)};
+    std::vector<std::thread> threads;
+    for (auto head : heads) {
+        threads.emplace_back(cpu_attention_head, &ref, qkv.data(), dout.data(), s, kind, head.first, head.second);
+    }
+    for (auto& thread : threads) { thread.join(); }
+    return ref;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Correctness
+
+// max |got - ref| and max |ref| over the checked heads' `width` columns at `column` of rows of
+// `row_width` floats; the error is NaN if any checked value is not finite.
+typedef struct {
+    double max_err, max_ref;
+} ErrorScale;
+
+static ErrorScale head_error(const std::vector<float>& got, const std::vector<float>& ref, Shape s,
+                             const std::vector<std::pair<int, int>>& heads, int row_width, int column, int width) {
+    ErrorScale e = {0.0, 0.0};
+    for (auto head : heads) {
+        for (int t = 0; t < s.T; t++) {
+            size_t base = ((size_t)head.first * s.T + t) * row_width + column + head.second * width;
+            for (int d = 0; d < width; d++) {
+                double err = fabs((double)got[base + d] - ref[base + d]);
+                e.max_err = isfinite(got[base + d]) ? std::max(e.max_err, err) : NAN;
+                e.max_ref = std::max(e.max_ref, fabs((double)ref[base + d]));
+            }
+        }
+    }
+    return e;
+}
+
+static double relative(ErrorScale e, double max_ref) { return e.max_err / std::max(max_ref, 1e-30); }
+
+static size_t count_non_finite(const std::vector<float>& v) {
+    size_t n = 0;
+    for (float x : v) { n += !isfinite(x); }
+    return n;
+}
+
+static bool check_variant(Buffers* d, const Reference& ref, const std::vector<std::pair<int, int>>& heads,
+                          AttentionKind kind, int variant) {
+    Shape s = d->shape;
+    int C = s.NH * s.hs;
+    size_t btc = (size_t)s.B * s.T * C;
+    poison_outputs(d);
+    run_forward(d, kind, variant);
+    run_backward(d, kind, variant);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> out = download(d->out, btc), dqkv = download(d->dqkv, 3 * btc);
+    ErrorScale out_e = head_error(out, ref.out, s, heads, C, 0, s.hs);
+    double out_err = relative(out_e, out_e.max_ref), lse_err = 0.0;
+    if (variant != 1 && kind == ATTENTION_SOFTMAX) {
+        std::vector<float> lse = download(d->lse, (size_t)s.B * s.NH * s.T);
+        Shape rows = {s.B * s.NH, 1, 1, s.T};  // lse as rows of T, one per (b, h)
+        std::vector<std::pair<int, int>> lse_heads;
+        for (auto head : heads) { lse_heads.push_back({head.first * s.NH + head.second, 0}); }
+        ErrorScale lse_e = head_error(lse, ref.lse, rows, lse_heads, s.T, 0, s.T);
+        lse_err = relative(lse_e, lse_e.max_ref);
+    }
+    // dq, dk, dv relative to the largest |dqkv|: at T = 1 the softmax dq and dk are exactly 0
+    ErrorScale dq_e = head_error(dqkv, ref.dqkv, s, heads, 3 * C, 0, s.hs);
+    ErrorScale dk_e = head_error(dqkv, ref.dqkv, s, heads, 3 * C, C, s.hs);
+    ErrorScale dv_e = head_error(dqkv, ref.dqkv, s, heads, 3 * C, 2 * C, s.hs);
+    double dqkv_ref = std::max({dq_e.max_ref, dk_e.max_ref, dv_e.max_ref});
+    double dq_err = relative(dq_e, dqkv_ref), dk_err = relative(dk_e, dqkv_ref), dv_err = relative(dv_e, dqkv_ref);
+    size_t non_finite = count_non_finite(out) + count_non_finite(dqkv);
+    Tolerance tol = variant == 3 ? FP32_TOLERANCE : TF32_TOLERANCE;
+    double forward_err = std::max(out_err, lse_err), backward_err = std::max({dq_err, dk_err, dv_err});
+    bool ok = forward_err <= tol.forward && backward_err <= tol.backward && non_finite == 0;
+    printf("check %-22s %-7s %-20s out %.2e lse %.2e dq %.2e dk %.2e dv %.2e non-finite %zu (%zu heads) %s\n",
+           shape_name(s).c_str(), attention_name(kind), VARIANT_NAMES[variant], out_err, lse_err, dq_err, dk_err,
+           dv_err, non_finite, heads.size(), ok ? "ok" : "FAIL");
+    fflush(stdout);
+    char forward[64], backward[64], note[128];
+    snprintf(forward, sizeof(forward), "err %.2e", forward_err);
+    snprintf(backward, sizeof(backward), "err %.2e", backward_err);
+    snprintf(note, sizeof(note), "tol %.0e / %.0e %s", tol.forward, tol.backward, ok ? "ok" : "FAIL");
+    table_row("check", s, kind, variant, forward, backward, note);
+    return ok;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Benchmark
+
+// FLOPs by the convention (causal half of the T x T products) and those the flash kernels execute
+// (whole 16-row warp tiles up to the diagonal; split-TF32's three mma's counted as one product).
+static double convention_forward_flops(Shape s) { return 4.0 * s.B * s.NH * (double)s.T * s.T * s.hs / 2; }
+
+static void flash_executed_flops(Shape s, bool split, double* forward, double* backward) {
+    int forward_keys = flash_forward_keys(s.hs), dq_keys = FLASH_DQ_KEYS;
+    int queries = flash_dkdv_queries(s.hs, split);
+    double forward_tiles = 0, dq_tiles = 0, dkdv_tiles = 0;  // 16 x tile x hs products per warp and tile
+    for (int block0 = 0; block0 < s.T; block0 += FLASH_ROWS) {
+        for (int w = 0; w < FLASH_WARPS; w++) {
+            int row0 = block0 + 16 * w, rows_end = std::min(block0 + FLASH_ROWS, s.T);
+            for (int key0 = 0; key0 < rows_end; key0 += forward_keys) { forward_tiles += key0 <= row0 + 15; }
+            for (int key0 = 0; key0 < rows_end; key0 += dq_keys) { dq_tiles += key0 <= row0 + 15; }
+            for (int query0 = block0 / queries * queries; query0 < s.T; query0 += queries) {
+                dkdv_tiles += query0 + queries - 1 >= row0;
+            }
+        }
+    }
+    double heads = (double)s.B * s.NH, unit = 2.0 * 16 * s.hs;
+    *forward = heads * unit * forward_tiles * forward_keys * 2;
+    *backward = heads * unit * (dq_tiles * dq_keys * 3 + dkdv_tiles * queries * 4);
+}
+
+template <typename Run>
+static double median_ms(Run run) {
+    const int WARMUP = 3, REPEATS = 20;
+    for (int i = 0; i < WARMUP; i++) { run(); }
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    std::vector<float> times;
+    for (int i = 0; i < REPEATS; i++) {
+        cudaCheck(cudaEventRecord(start));
+        run();
+        cudaCheck(cudaEventRecord(stop));
+        cudaCheck(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+        times.push_back(ms);
+    }
+    cudaCheck(cudaEventDestroy(start));
+    cudaCheck(cudaEventDestroy(stop));
+    std::sort(times.begin(), times.end());
+    return (times[REPEATS / 2 - 1] + times[REPEATS / 2]) / 2;
+}
+
+static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
+    Shape s = d->shape;
+    double forward_ms = median_ms([&] { run_forward(d, kind, variant); });
+    run_forward(d, kind, variant);
+    double backward_ms = median_ms([&] { run_backward(d, kind, variant); });
+    double conv_forward = convention_forward_flops(s), conv_backward = 2.5 * conv_forward;
+    double exec_forward = conv_forward * 2, exec_backward = conv_backward * 8 / 5;  // full T x T products
+    if (variant != 1) { flash_executed_flops(s, variant == 3, &exec_forward, &exec_backward); }
+    double tf_forward = conv_forward / forward_ms * 1e-9, tf_backward = conv_backward / backward_ms * 1e-9;
+    char forward[64], backward[64], note[128];
+    snprintf(forward, sizeof(forward), "%.3f ms %6.1f TF/s %4.1f%%", forward_ms, tf_forward,
+             100 * tf_forward / TF32_PEAK_TFLOPS);
+    snprintf(backward, sizeof(backward), "%.3f ms %6.1f TF/s %4.1f%%", backward_ms, tf_backward,
+             100 * tf_backward / TF32_PEAK_TFLOPS);
+    snprintf(note, sizeof(note), "executed/convention fwd %.2f bwd %.2f; executed TF/s %.1f / %.1f",
+             exec_forward / conv_forward, exec_backward / conv_backward, exec_forward / forward_ms * 1e-9,
+             exec_backward / backward_ms * 1e-9);
+    printf("bench %-22s %-7s %-20s fwd %s  bwd %s  %s\n", shape_name(s).c_str(), attention_name(kind),
+           VARIANT_NAMES[variant], forward, backward, note);
+    fflush(stdout);
+    table_row("bench", s, kind, variant, forward, backward, note);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Determinism: 10 forward + backward runs on the same inputs, compared bit for bit with the first.
+
+static bool check_determinism(Buffers* d, AttentionKind kind, int variant) {
+    Shape s = d->shape;
+    size_t btc = (size_t)s.B * s.T * s.NH * s.hs, bht = (size_t)s.B * s.NH * s.T;
+    std::vector<float> first_out, first_lse, first_dqkv;
+    int identical = 0;
+    const int RUNS = 10;
+    for (int run = 0; run < RUNS; run++) {
+        poison_outputs(d);
+        run_forward(d, kind, variant);
+        run_backward(d, kind, variant);
+        std::vector<float> out = download(d->out, btc), lse = download(d->lse, bht), dqkv = download(d->dqkv, 3 * btc);
+        if (variant == 1 || kind == ATTENTION_RELU) { lse.clear(); }
+        if (run == 0) {
+            first_out = out, first_lse = lse, first_dqkv = dqkv;
+            continue;
+        }
+        identical += memcmp(out.data(), first_out.data(), btc * sizeof(float)) == 0 &&
+                     memcmp(lse.data(), first_lse.data(), lse.size() * sizeof(float)) == 0 &&
+                     memcmp(dqkv.data(), first_dqkv.data(), 3 * btc * sizeof(float)) == 0;
+    }
+    bool ok = identical == RUNS - 1;
+    char note[128];
+    snprintf(note, sizeof(note), "%d of %d runs bit-identical to the first (out, lse, dqkv) %s", identical + 1, RUNS,
+             ok ? "ok" : "FAIL");
+    printf("determinism %-22s %-7s %-20s %s\n", shape_name(s).c_str(), attention_name(kind), VARIANT_NAMES[variant],
+           note);
+    table_row("determinism", s, kind, variant, "", "", note);
+    return ok;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+// ReLU's derivative jumps at score 0, so a score within rounding of 0 can take the other branch on
+// the GPU than in double, moving a whole dq or dk row by dP/(t+1) k (seen: 2e-2 to 7e-2 in TF32,
+// both the materialised and the flash path, and 2e-3 in split-TF32). The ReLU checks therefore
+// draw q and k on a grid of 1/4, where every score is exact in TF32 and FP32 alike; v and dout
+// stay continuous.
+static void quantize_scores(std::vector<float>* qkv, Shape s) {
+    size_t C = (size_t)s.NH * s.hs;
+    for (size_t token = 0; token < (size_t)s.B * s.T; token++) {
+        for (size_t c = 0; c < 2 * C; c++) {
+            float* x = &(*qkv)[token * 3 * C + c];
+            *x = roundf(*x * 4.0f) / 4.0f;
+        }
+    }
+}
+
+static void upload_inputs(Buffers* d, const std::vector<float>& qkv, const std::vector<float>& dout) {
+    cudaCheck(cudaMemcpy(d->qkv, qkv.data(), qkv.size() * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d->dout, dout.data(), dout.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+int main(int argc, char** argv) {
+    std::vector<int> variants;
+    bool small_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--small") == 0) {
+            small_only = true;
+            continue;
+        }
+        int v = atoi(argv[i]);
+        if (v < 1 || v > 3) { fail("variant '%s': expected 1, 2 or 3", argv[i]); }
+        variants.push_back(v);
+    }
+    if (variants.empty()) { variants = {1, 2, 3}; }
+    if (!cuda_setup(true)) { fail("no CUDA device"); }
+    bool materialised = std::find(variants.begin(), variants.end(), 1) != variants.end();
+    const AttentionKind kinds[] = {ATTENTION_SOFTMAX, ATTENTION_RELU};
+    int failures = 0;
+
+    const Shape checks[] = {{8, 1024, 12, 64}, {2, 1024, 4, 32}, {2, 1000, 2, 128}, {3, 77, 5, 64},
+                            {2, 1, 3, 64},     {1, 130, 2, 32},  {1, 200, 2, 128}};
+    uint64_t seed = 1;
+    for (Shape s : checks) {
+        if (small_only && (size_t)s.B * s.NH * s.T > 2048) { continue; }
+        size_t btc = (size_t)s.B * s.T * s.NH * s.hs;
+        Buffers d = buffers_create(s, materialised);
+        for (AttentionKind kind : kinds) {
+            std::vector<float> qkv, dout;
+            fill_normal(&qkv, 3 * btc, seed++);
+            fill_normal(&dout, btc, seed++);
+            if (kind == ATTENTION_RELU) { quantize_scores(&qkv, s); }
+            upload_inputs(&d, qkv, dout);
+            std::vector<std::pair<int, int>> heads = checked_heads(s);
+            Reference ref = cpu_reference(qkv, dout, s, kind, heads);
+            for (int variant : variants) { failures += !check_variant(&d, ref, heads, kind, variant); }
+        }
+        buffers_free(&d);
+    }
+
+    const Shape benches[] = {{8, 1024, 12, 64}, {16, 1024, 12, 64}};
+    for (Shape s : benches) {
+        if (small_only) { break; }
+        size_t btc = (size_t)s.B * s.T * s.NH * s.hs;
+        Buffers d = buffers_create(s, materialised);
+        std::vector<float> qkv, dout;
+        fill_normal(&qkv, 3 * btc, seed++);
+        fill_normal(&dout, btc, seed++);
+        upload_inputs(&d, qkv, dout);
+        for (AttentionKind kind : kinds) {
+            for (int variant : variants) { benchmark_variant(&d, kind, variant); }
+        }
+        if (s.B == 8) {
+            for (AttentionKind kind : kinds) {
+                for (int variant : variants) { failures += !check_determinism(&d, kind, variant); }
+            }
+        }
+        buffers_free(&d);
+    }
+
+    printf("\ntolerances (max |err| / max |ref|, forward / backward):\n  TF32 %.0e / %.0e: %s\n"
+           "  split-TF32 %.0e / %.0e: %s\n",
+           TF32_TOLERANCE.forward, TF32_TOLERANCE.backward, TF32_TOLERANCE.reason, FP32_TOLERANCE.forward,
+           FP32_TOLERANCE.backward, FP32_TOLERANCE.reason);
+    printf("\n| %-11s | %-22s | %-7s | %-20s | %-30s | %-30s | %s\n", "what", "shape", "kind", "variant", "forward",
+           "backward", "note");
+    for (const std::string& line : g_table) { printf("%s\n", line.c_str()); }
+    printf("%s: %d failure(s)\n", failures == 0 ? "PASS" : "FAIL", failures);
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,133 @@
+/*
+Kernel lab: the encoder backward, from dout (B*T = 8192 tokens, C = 768):
+  dwte[token] += sum of dout over the positions holding that token,  dwpe[t] += sum over b of dout[b, t]
+
+  variant 1  naive: a thread per element of dout, float atomicAdd into dwte and dwpe
+             (not deterministic)
+  variant 2  the trainer's wte_backward_kernel + wpe_backward_kernel, launched as gpt2_backward
+             does: the positions grouped by token on the host (token_buckets_build), a block per
+             token summing its positions in order; a thread per (t, 4 channels) summing b in order
+
+Each variant runs on uniform tokens and on skewed ones (u^4: a few ids frequent, as in text; the
+most frequent takes ~7% of the positions, which one block of variant 2 sums alone).
+
+  ./encoder_backward [variant ...]
+
+Bytes counted: dout read once, the touched rows of dwte and all of dwpe read and written:
+(B T C + 2 U C + 2 T C) * 4 with U the number of distinct tokens.
+*/
+#include "common.h"
+
+static const int NUM_VARIANTS = 2;
+static const char* const VARIANT_NAMES[] = {
+    NULL,
+    "1 naive: float atomicAdd per element",
+    "2 trainer: token buckets, wte + wpe kernels",
+};
+
+// Relative to max |value|: fp32 sums of up to B = 8 (dwpe) or several hundred (a frequent token's
+// dwte row) terms of size ~1, each addition rounding by up to 2^-24 of the running sum.
+static const double TOLERANCE = 1e-5;
+
+__global__ void atomic_kernel(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * C) { return; }
+    size_t bt = idx / C;
+    int c = idx % C, t = bt % T;
+    atomicAdd(&dwte[(size_t)tokens[bt] * C + c], dout[idx]);
+    atomicAdd(&dwpe[(size_t)t * C + c], dout[idx]);
+}
+
+typedef struct {
+    float *dwte, *dwpe, *dwte0, *dwpe0, *dout;
+    int *tokens, *bucket_tokens, *bucket_starts, *bucket_positions;
+    int num_buckets;
+    int B, T, C;
+} Buffers;
+
+static void launch_variant(int variant, const Buffers& d) {
+    int B = d.B, T = d.T, C = d.C;
+    if (variant == 1) {
+        atomic_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(d.dwte, d.dwpe, d.dout, d.tokens, B, T, C);
+    } else {
+        wte_backward_kernel<<<d.num_buckets, 256>>>((float4*)d.dwte, (const float4*)d.dout, d.bucket_tokens,
+                                                    d.bucket_starts, d.bucket_positions, C / 4);
+        cudaCheck(cudaGetLastError());
+        wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)d.dwpe, (const float4*)d.dout, B, T, C / 4);
+    }
+    cudaCheck(cudaGetLastError());
+}
+
+static void reset(const Buffers& d) {
+    copy_floats(d.dwte, d.dwte0, (size_t)LAB_VP * d.C);
+    copy_floats(d.dwpe, d.dwpe0, (size_t)d.T * d.C);
+}
+
+// Fresh tokens and gradients; the buckets built on the host as the trainer does (timed).
+static void fill(Buffers* d, bool skewed, TokenBuckets* tb, double* bucket_ms) {
+    size_t bt = (size_t)d->B * d->T;
+    fill_tokens(d->tokens, bt, LAB_V, skewed);
+    fill_uniform(d->dout, bt * d->C, -1.0f, 1.0f);
+    fill_uniform(d->dwte0, (size_t)LAB_VP * d->C, -1.0f, 1.0f);
+    fill_uniform(d->dwpe0, (size_t)d->T * d->C, -1.0f, 1.0f);
+    std::vector<int> tokens = download_ints(d->tokens, bt);
+    double start = wall_seconds();
+    token_buckets_build(tb, tokens.data(), (int)bt, LAB_V);
+    *bucket_ms = (wall_seconds() - start) * 1e3;
+    d->num_buckets = tb->num_buckets;
+    cudaCheck(cudaMemcpy(d->bucket_tokens, tb->tokens.data(), tb->num_buckets * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d->bucket_starts, tb->starts.data(), (tb->num_buckets + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d->bucket_positions, tb->positions.data(), bt * sizeof(int), cudaMemcpyHostToDevice));
+}
+
+static double check(const Buffers& d) {
+    size_t bt = (size_t)d.B * d.T, n_wte = (size_t)LAB_VP * d.C, n_wpe = (size_t)d.T * d.C;
+    int C = d.C;
+    std::vector<int> tokens = download_ints(d.tokens, bt);
+    std::vector<float> dout = download(d.dout, bt * C), dwte0 = download(d.dwte0, n_wte), dwpe0 = download(d.dwpe0, n_wpe);
+    std::vector<double> dwte_ref(dwte0.begin(), dwte0.end()), dwpe_ref(dwpe0.begin(), dwpe0.end());
+    for (size_t i = 0; i < bt; i++) {
+        for (int c = 0; c < C; c++) {
+            dwte_ref[(size_t)tokens[i] * C + c] += dout[i * C + c];
+            dwpe_ref[(i % d.T) * C + c] += dout[i * C + c];
+        }
+    }
+    return std::max(relative_error(download(d.dwte, n_wte), dwte_ref), relative_error(download(d.dwpe, n_wpe), dwpe_ref));
+}
+
+int main(int argc, char** argv) {
+    lab_init(argc, argv, NUM_VARIANTS);
+    Buffers d = {};
+    d.B = LAB_B, d.T = LAB_T, d.C = LAB_C;
+    size_t bt = (size_t)d.B * d.T, n_wte = (size_t)LAB_VP * d.C, n_wpe = (size_t)d.T * d.C;
+    d.dwte = gpu_floats(n_wte), d.dwpe = gpu_floats(n_wpe), d.dwte0 = gpu_floats(n_wte), d.dwpe0 = gpu_floats(n_wpe);
+    d.dout = gpu_floats(bt * d.C);
+    d.tokens = gpu_ints(bt), d.bucket_tokens = gpu_ints(bt), d.bucket_starts = gpu_ints(bt + 1);
+    d.bucket_positions = gpu_ints(bt);
+    TokenBuckets tb;
+    for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
+        if (!variant_selected(variant)) { continue; }
+        for (bool skewed : {false, true}) {
+            double bucket_ms = 0.0;
+            fill(&d, skewed, &tb, &bucket_ms);
+            reset(d);
+            launch_variant(variant, d);
+            double error = check(d);
+            Launch launch = [&] { launch_variant(variant, d); };
+            Launch restore = [&] { reset(d); };
+            Determinism det = deterministic(launch, restore, {{d.dwte, n_wte}, {d.dwpe, n_wpe}});
+            int largest = 0;
+            for (int i = 0; i < tb.num_buckets; i++) { largest = std::max(largest, tb.starts[i + 1] - tb.starts[i]); }
+            char name[96];
+            snprintf(name, sizeof(name), "%s, %s tokens", VARIANT_NAMES[variant], skewed ? "skewed" : "uniform");
+            double bytes = ((double)bt * d.C + 2.0 * tb.num_buckets * d.C + 2.0 * n_wpe) * 4;
+            print_row("encoder_backward", name, bench_ms(launch, restore), bytes, CEILING_COPY, error, TOLERANCE, det);
+            if (variant == 2) {
+                note("%s tokens: %d distinct, the most frequent at %d positions; token_buckets_build on the host: %.2f ms",
+                     skewed ? "skewed" : "uniform", tb.num_buckets, largest, bucket_ms);
+            }
+        }
+    }
+    gpu_free_all();
+    return lab_finish();
+}

@@ -1,0 +1,161 @@
+/*
+Kernel lab: GELU backward, tanh form, over the MLP's N x 4C = 8192 x 3072 elements, in place:
+d = d * gelu'(x), x the pre-activation stored by the forward pass. The trainer has no separate
+GELU backward any more: its fc bias gradient applies it while it sums (bias_backward with
+gelu_inp), so the fusion is measured here against the pair it replaces.
+
+  variant 1  naive: a thread per element, out of place
+  variant 2  float4 per thread, in place (the GELU backward alone)
+  variant 3  the trainer's bias_backward with gelu_inp: d *= gelu'(x) in place and the fc bias
+             gradient (column sums of d) in one pass
+  variant 4  unfused: 2, then bias_backward without the GELU (the pair 3 replaces)
+  Fusion (e), the GELU output recomputed in the backward pass instead of stored for each layer:
+  the backward needs gelu(x) again as the input of the MLP down-projection's dweight product.
+  Against variant 2 (the GELU output stored, nothing to recompute):
+  variant 5  fused: one pass reads x and d, writes d * gelu'(x) and gelu(x) (float4)
+  variant 6  unfused: the trainer's gelu_forward recomputes gelu(x) (as its -r 1 does), then 2
+
+  ./gelu_backward [variant ...]
+
+Bytes counted: variants 1-2 read x and d and write d (3 n floats); 3 the same plus dbias read and
+written; 4 reads d once more (4 n); 5 also writes gelu(x) (4 n); 6 reads x and writes gelu(x),
+then 3 n (5 n).
+*/
+#include "common.h"
+
+static const int NUM_VARIANTS = 6;
+static const char* const VARIANT_NAMES[] = {
+    NULL,
+    "1 naive: thread per element, out of place",
+    "2 float4 per thread, in place",
+    "3 trainer: bias_backward(gelu_inp), dGELU + fc dbias",
+    "4 unfused: 2, then bias_backward without the GELU",
+    "5 (e) fused: gradient + recomputed gelu(x), float4",
+    "6 (e) unfused: gelu_forward again, then 2",
+};
+
+// Relative to max |value|: tanhf within a few ulp, then a dozen float operations; the bias
+// gradient sums N = 8192 rows (~sqrt(N) * 6e-8).
+static const double TOLERANCE = 1e-5;
+
+__global__ void naive_kernel(float* dinp, const float* dout, const float* inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { dinp[i] = dout[i] * gelu_grad(inp[i]); }
+}
+
+__global__ void float4_kernel(float4* d, const float4* inp, size_t n4) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) { d[i] = d[i] * gelu_grad4(inp[i]); }
+}
+
+__global__ void recompute_kernel(float4* d, float4* gelu_out, const float4* inp, size_t n4) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) { return; }
+    float4 x = inp[i];
+    d[i] = d[i] * gelu_grad4(x);
+    gelu_out[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+}
+
+typedef struct {
+    float *d, *d0, *dinp, *x, *gelu_out;  // d0: the incoming gradient, restored before each run
+    float *dbias, *dbias0, *partials;     // variants 3, 4: the fc bias gradient
+    unsigned int* counters;
+    int N, OC;
+    size_t n;
+} Buffers;
+
+static bool out_of_place(int variant) { return variant == 1; }
+static bool with_bias(int variant) { return variant == 3 || variant == 4; }
+static bool recomputes(int variant) { return variant >= 5; }
+
+static void launch_float4(const Buffers& b) {
+    float4_kernel<<<ceil_div(b.n / 4, 256), 256>>>((float4*)b.d, (const float4*)b.x, b.n / 4);
+    cudaCheck(cudaGetLastError());
+}
+
+static void launch_variant(int variant, const Buffers& b) {
+    size_t n = b.n;
+    if (variant == 1) {
+        naive_kernel<<<ceil_div(n, 256), 256>>>(b.dinp, b.d, b.x, n);
+        cudaCheck(cudaGetLastError());
+    } else if (variant == 2) {
+        launch_float4(b);
+    } else if (variant == 3) {
+        bias_backward(b.dbias, b.partials, b.counters, b.d, b.x, b.N, b.OC);
+    } else if (variant == 4) {
+        launch_float4(b);
+        bias_backward(b.dbias, b.partials, b.counters, b.d, NULL, b.N, b.OC);
+    } else if (variant == 5) {
+        recompute_kernel<<<ceil_div(n / 4, 256), 256>>>((float4*)b.d, (float4*)b.gelu_out, (const float4*)b.x, n / 4);
+        cudaCheck(cudaGetLastError());
+    } else {
+        gelu_forward(b.gelu_out, b.x, n);
+        launch_float4(b);
+    }
+}
+
+// Restores the incoming gradient and the bias gradient, poisons what the variant writes.
+static void reset(const Buffers& b, int variant) {
+    copy_floats(b.d, b.d0, b.n);
+    copy_floats(b.dbias, b.dbias0, b.OC);
+    if (out_of_place(variant)) { poison(b.dinp, b.n); }
+    if (recomputes(variant)) { poison(b.gelu_out, b.n); }
+}
+
+static double check_variant(const Buffers& b, int variant) {
+    size_t n = b.n;
+    fill_uniform(b.x, n, -5.0f, 5.0f);
+    fill_uniform(b.d0, n, -1.0f, 1.0f);
+    fill_uniform(b.dbias0, b.OC, -1.0f, 1.0f);
+    reset(b, variant);
+    launch_variant(variant, b);
+    std::vector<float> x = download(b.x, n), d0 = download(b.d0, n), dbias0 = download(b.dbias0, b.OC);
+    std::vector<double> ref(n), gelu_ref(n), dbias_ref(dbias0.begin(), dbias0.end());
+    for (size_t i = 0; i < n; i++) {
+        ref[i] = d0[i] * gelu_tanh_grad(x[i]);
+        gelu_ref[i] = gelu_tanh(x[i]);
+        dbias_ref[i % b.OC] += ref[i];
+    }
+    double error = relative_error(download(out_of_place(variant) ? b.dinp : b.d, n), ref);
+    if (recomputes(variant)) { error = std::max(error, relative_error(download(b.gelu_out, n), gelu_ref)); }
+    if (with_bias(variant)) { error = std::max(error, relative_error(download(b.dbias, b.OC), dbias_ref)); }
+    return error;
+}
+
+static std::vector<Output> outputs_of(const Buffers& b, int variant) {
+    std::vector<Output> outputs = {{out_of_place(variant) ? b.dinp : b.d, b.n}};
+    if (recomputes(variant)) { outputs.push_back({b.gelu_out, b.n}); }
+    if (with_bias(variant)) { outputs.push_back({b.dbias, (size_t)b.OC}); }
+    return outputs;
+}
+
+int main(int argc, char** argv) {
+    lab_init(argc, argv, NUM_VARIANTS);
+    const int N = LAB_ROWS, OC = 4 * LAB_C;
+    size_t n = (size_t)N * OC;
+    Buffers b = {gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(OC),
+                 gpu_floats(OC), gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * OC),
+                 (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS), N, OC, n};
+    cudaCheck(cudaMemset(b.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
+    const double bytes_per_element[] = {0, 3, 3, 3, 4, 4, 5};
+    double ms_of[NUM_VARIANTS + 1] = {};  // per variant, for the fusion (e) verdict
+    for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
+        if (!variant_selected(variant)) { continue; }
+        double error = check_variant(b, variant);
+        Launch launch = [&] { launch_variant(variant, b); };
+        Launch restore = [&] { reset(b, variant); };
+        Determinism det = deterministic(launch, restore, outputs_of(b, variant));
+        ms_of[variant] = bench_ms(launch, restore);
+        double bytes = bytes_per_element[variant] * n * sizeof(float) + (with_bias(variant) ? 2.0 * OC * 4 : 0.0);
+        print_row("gelu_backward", VARIANT_NAMES[variant], ms_of[variant], bytes, CEILING_COPY, error, TOLERANCE, det);
+    }
+    if (ms_of[2] > 0.0 && ms_of[5] > 0.0 && ms_of[6] > 0.0) {
+        double saved_gb = 11.0 * n * sizeof(float) / 1e9;  // 12 layers of gelu(x) at B = 8, less one scratch
+        note("(e) against storing gelu(x) (2): recomputing costs %+.3f ms (fused, 5) or %+.3f ms (unfused, 6) per "
+             "layer, %+.2f / %+.2f ms per step of 12 layers; it saves %.2f GB at B=8 (%.2f GB at B=16)",
+             ms_of[5] - ms_of[2], ms_of[6] - ms_of[2], 12 * (ms_of[5] - ms_of[2]), 12 * (ms_of[6] - ms_of[2]),
+             saved_gb, 2 * saved_gb);
+    }
+    gpu_free_all();
+    return lab_finish();
+}
