@@ -47,6 +47,10 @@ static char g_device_name[256];
 static bool g_use_tf32 = true;        // TF32 tensor cores in the matrix products (-f)
 static cublasLtHandle_t g_cublaslt;
 static void* g_cublaslt_workspace;
+// The backward pass queues the weight gradients on a second stream, where they overlap the main
+// stream's chain of input gradients; it has its own cuBLASLt workspace.
+static cudaStream_t g_side_stream;
+static void* g_side_workspace;
 static const size_t CUBLASLT_WORKSPACE_SIZE = 32 * 1024 * 1024;
 
 static size_t g_device_bytes;  // allocated through device_malloc
@@ -247,8 +251,12 @@ static void layernorm_forward(float* out, float* mean, float* rstd, float* resid
 // kept in registers per warp (CHUNKS float4 per lane, CHUNKS*128 >= C), summed over the warps in
 // order into shared memory, written to partials[block][2C], and summed in block order by the
 // last block to finish. Deterministic for a fixed grid.
+// Threads per block: 512, or 256 for large C, whose register-held sums would not fit 512 threads
+// in one multiprocessor's registers.
+__host__ __device__ constexpr int layernorm_backward_block(int chunks) { return chunks <= 8 ? 512 : 256; }
+
 template <int CHUNKS>
-__global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* dbias, float* partials,
+__global__ void __launch_bounds__(layernorm_backward_block(CHUNKS)) layernorm_backward_kernel(float* dinp, float* dweight, float* dbias, float* partials,
                                           unsigned int* counter, const float* dout, const float* inp,
                                           const float* weight, const float* mean, const float* rstd, int N, int C) {
     extern __shared__ float4 block_sums[];  // [2 * C/4]: dweight sums, then dbias sums
@@ -312,8 +320,6 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* db
     }
 }
 
-static const int LAYERNORM_BACKWARD_BLOCK = 512;
-
 static int layernorm_backward_grid() { return g_num_sms; }
 
 static void layernorm_backward(float* dinp, float* dweight, float* dbias, float* partials, unsigned int* counter,
@@ -322,9 +328,9 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, float*
     int grid = layernorm_backward_grid();
     size_t shared = 2 * C * sizeof(float);
 #define LAUNCH_LAYERNORM_BACKWARD(K)                                                                         \
-    layernorm_backward_kernel<K><<<grid, LAYERNORM_BACKWARD_BLOCK, shared>>>(dinp, dweight, dbias, partials, \
-                                                                             counter, dout, inp, weight,     \
-                                                                             mean, rstd, N, C)
+    layernorm_backward_kernel<K><<<grid, layernorm_backward_block(K), shared>>>(dinp, dweight, dbias, partials, \
+                                                                                counter, dout, inp, weight,     \
+                                                                                mean, rstd, N, C)
     DISPATCH_CHUNKS(C, LAUNCH_LAYERNORM_BACKWARD);
 #undef LAUNCH_LAYERNORM_BACKWARD
     cudaCheck(cudaGetLastError());
@@ -408,7 +414,7 @@ static MatmulPlan* matmul_plan(int m, int n, int k, bool trans_a, bool trans_b, 
 
 static void matmul(float* out, const float* a, const float* b, const float* bias, int m, int n, int k, bool trans_a,
                    bool trans_b, float alpha, float beta, int batch = 1, size_t stride_a = 0, size_t stride_b = 0,
-                   size_t stride_out = 0) {
+                   size_t stride_out = 0, cudaStream_t stream = 0) {
     uint32_t alignment = common_alignment({(uint64_t)out, (uint64_t)a, (uint64_t)b, (uint64_t)bias, 4ull * m,
                                            4ull * (trans_a ? k : m), 4ull * (trans_b ? n : k), 4 * stride_a,
                                            4 * stride_b, 4 * stride_out});
@@ -418,8 +424,9 @@ static void matmul(float* out, const float* a, const float* b, const float* bias
         cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     cublasCheck(cublasLtMatmul(g_cublaslt, plan->desc, &alpha, a, plan->a_layout, b, plan->b_layout, &beta, out,
-                               plan->out_layout, out, plan->out_layout, &plan->algo, g_cublaslt_workspace,
-                               CUBLASLT_WORKSPACE_SIZE, 0));
+                               plan->out_layout, out, plan->out_layout, &plan->algo,
+                               stream == g_side_stream ? g_side_workspace : g_cublaslt_workspace,
+                               CUBLASLT_WORKSPACE_SIZE, stream));
 }
 
 // Linear layer forward: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias optional.
@@ -427,11 +434,29 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
     matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
 }
 
-// dbias[o] += sum over rows of dout[row, o], dout (N, OC). Block (x, y) sums the float4 columns
-// [32x, 32x + 32) over the rows of chunk y, its warps in order; the last block of column group x
-// adds the chunks' partials in chunk order.
-__global__ void bias_backward_kernel(float* dbias, float* partials, unsigned int* counters, const float* dout, int N,
-                                     int OC) {
+// GELU, tanh form, and its derivative.
+#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
+
+__device__ inline float gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x)));
+}
+
+__device__ inline float gelu_grad(float x) {
+    float th = tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+__device__ inline float4 gelu_grad4(float4 x) {
+    return make_float4(gelu_grad(x.x), gelu_grad(x.y), gelu_grad(x.z), gelu_grad(x.w));
+}
+
+// dbias[o] += sum over rows of dout[row, o], dout (N, OC). With gelu_inp (the GELU's input, N x OC),
+// dout is first turned in place into the gradient before the GELU: dout *= gelu'(gelu_inp). Block
+// (x, y) sums the float4 columns [32x, 32x + 32) over the rows of chunk y, its warps in order; the
+// last block of column group x adds the chunks' partials in chunk order.
+__global__ void bias_backward_kernel(float* dbias, float* partials, unsigned int* counters, float* dout,
+                                     const float* gelu_inp, int N, int OC) {
     __shared__ float4 warp_sums[32][32];
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
@@ -439,13 +464,26 @@ __global__ void bias_backward_kernel(float* dbias, float* partials, unsigned int
     int c4 = blockIdx.x * 32 + lane;
     int rows_per_chunk = ceil_div(N, gridDim.y);
     int row_end = min(N, (int)(blockIdx.y + 1) * rows_per_chunk);
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // four running sums, so that four rows' loads are in flight; added in a fixed order
+    float4 sums[4] = {};
     if (c4 < OC4) {
-        for (int row = blockIdx.y * rows_per_chunk + w; row < row_end; row += warp.meta_group_size()) {
-            sum = sum + ((const float4*)dout)[(size_t)row * OC4 + c4];
+        int row = blockIdx.y * rows_per_chunk + w, stride = warp.meta_group_size();
+        for (; row < row_end; row += 4 * stride) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int r = row + k * stride;
+                if (r >= row_end) { break; }
+                size_t i = (size_t)r * OC4 + c4;
+                float4 d = ((float4*)dout)[i];
+                if (gelu_inp != NULL) {
+                    d = d * gelu_grad4(((const float4*)gelu_inp)[i]);
+                    ((float4*)dout)[i] = d;
+                }
+                sums[k] = sums[k] + d;
+            }
         }
     }
-    warp_sums[w][lane] = sum;
+    warp_sums[w][lane] = (sums[0] + sums[1]) + (sums[2] + sums[3]);
     block.sync();
     float4* partials4 = (float4*)partials;
     if (w == 0 && c4 < OC4) {
@@ -464,180 +502,792 @@ __global__ void bias_backward_kernel(float* dbias, float* partials, unsigned int
 static const int BIAS_BACKWARD_MAX_CHUNKS = 64;
 static const int MAX_REDUCTION_COUNTERS = 4096;
 
-static void bias_backward(float* dbias, float* partials, unsigned int* counters, const float* dout, int N, int OC) {
+static void bias_backward(float* dbias, float* partials, unsigned int* counters, float* dout, const float* gelu_inp,
+                          int N, int OC, cudaStream_t stream = 0) {
     unsigned int column_groups = ceil_div(OC / 4, 32);
     if (column_groups > MAX_REDUCTION_COUNTERS) { fail("bias_backward: OC=%d too large", OC); }
     unsigned int chunks = std::max(1u, std::min((unsigned int)BIAS_BACKWARD_MAX_CHUNKS,
                                                 std::min(ceil_div(N, 64), ceil_div(2 * g_num_sms, column_groups))));
-    bias_backward_kernel<<<dim3(column_groups, chunks), 256>>>(dbias, partials, counters, dout, N, OC);
+    bias_backward_kernel<<<dim3(column_groups, chunks), 256, 0, stream>>>(dbias, partials, counters, dout, gelu_inp, N,
+                                                                          OC);
     cudaCheck(cudaGetLastError());
 }
 
-// Linear layer backward: dinp = dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout.
+// Linear layer backward, its two halves: dinp = dout @ weight, and dweight += dout^T @ inp with
+// dbias += the column sums of dout (dbias optional); partials and counters belong to the stream.
+static void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
+    matmul(dinp, weight, dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
+}
+
+static void matmul_backward_weight(float* dweight, float* dbias, float* partials, unsigned int* counters,
+                                   const float* dout, const float* inp, int N, int C, int OC, cudaStream_t stream = 0) {
+    matmul(dweight, inp, dout, NULL, C, OC, N, false, true, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+    if (dbias != NULL) { bias_backward(dbias, partials, counters, (float*)dout, NULL, N, OC, stream); }
+}
+
 static void matmul_backward(float* dinp, float* dweight, float* dbias, float* partials, unsigned int* counters,
                             const float* dout, const float* inp, const float* weight, int N, int C, int OC) {
-    matmul(dinp, weight, dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
-    matmul(dweight, inp, dout, NULL, C, OC, N, false, true, 1.0f, 1.0f);
-    if (dbias != NULL) { bias_backward(dbias, partials, counters, dout, N, OC); }
+    matmul_backward_input(dinp, dout, weight, N, C, OC);
+    matmul_backward_weight(dweight, dbias, partials, counters, dout, inp, N, C, OC);
 }
 
 // ----------------------------------------------------------------------------------------------
-// Attention. The scores are materialised per layer as (B, NH, T, T) and multiplied through
-// cuBLASLt batched over the B*NH heads, which need q, k, v in the head-major layout (B, NH, T, hs).
+// Attention
+// Flash attention: causal softmax or ReLU attention fused on the tensor cores (TF32 mma.sync m16n8k8,
+// fp32 accumulate), forward and backward, never materialising a (B, NH, T, T) tensor.
+//
+// Layouts (row-major float32):
+//   qkv, dqkv   (B, T, 3C): token (b, t) holds q, then k, then v; head h at columns h*hs .. h*hs + hs-1
+//   out, dout   (B, T, C): head h at columns h*hs
+//   lse, delta  (B, NH, T): softmax log-sum-exp of query t's scaled scores; sum_d dout * out
+//   shared tiles [rows][hs]: the 16-byte chunks of each row XOR-permuted within groups of 8
+//               (tile_offset), so that every fragment load below is free of bank conflicts
+//
+// Work split: a CTA of 4 warps owns 64 rows, 16 per warp, and loops over tiles of the other side,
+// double-buffered in shared memory with cp.async: the forward (64 queries; key tiles of 64, 32 for
+// hs = 128) and the dQ kernel (64 queries; key tiles of 32) up to the diagonal, the dK/dV kernel (64
+// keys; query tiles of 64, 32 for hs = 128) from the diagonal to T. Tiles wholly above the diagonal
+// are skipped per warp, diagonal tiles are masked, and the heaviest blocks are launched first. dQ and
+// dK/dV come from two kernels that each recompute P (from q, k and lse) and dP, so every output
+// element has one writer and no atomics are needed: the results are bit-identical run to run. The dQ
+// kernel also computes delta, read by the dK/dV kernel launched after it.
+//
+// Fragments (PTX m16n8k8 .tf32; g = lane / 4, q = lane % 4):
+//   A (16 x 8): a0 (g, q)  a1 (g+8, q)  a2 (g, q+4)  a3 (g+8, q+4)
+//   B (8 x 8):  b0 (q, g)  b1 (q+4, g)
+//   C (16 x 8): c0 (g, 2q) c1 (g, 2q+1) c2 (g+8, 2q) c3 (g+8, 2q+1)
+// Two products per tile and warp:
+//   scores  S (16 rows x tile rows) = A (the warp's 16 rows of q, k, v or dout, held in registers) times
+//           tile^T. Their k index (the head dimension) is permuted alike in A and B: a thread's float4
+//           of columns 16j + 4q .. +3 serves k = q, q+4 of step 2j and then of step 2j+1.
+//   sums    acc^T (hs x 16) += tile^T (hs x tile rows) times X^T, X being the warp's 16 x tile-rows
+//           C fragments (P or dS): the transposed form takes X's C fragment as the B fragment as is
+//           (k = q, q+4 taken as tile rows 2q, 2q+1) and, with m = g, g+8 taken as head dimensions 2g,
+//           2g+1, A as two float2 of the tile. acc^T holds dimensions 16mt + 2g, +1 of rows 8nt + 2q, +1.
+// TF32 mode rounds the operands held in registers (A of scores, P, dS) to TF32; tiles enter as raw
+// fp32 (the tensor cores read their top 19 bits). FP32-accurate mode splits both operands x = hi + lo,
+// hi = tf32(x), and adds lo*hi + hi*lo + hi*hi (three mma's).
 
 typedef enum { ATTENTION_SOFTMAX = 0, ATTENTION_RELU = 1 } AttentionKind;
 
 static const char* attention_name(AttentionKind kind) { return kind == ATTENTION_RELU ? "relu" : "softmax"; }
 
-// Copies between the token-major layout (B, T, G, NH, hs) of the linear layers and the head-major
-// layout G x (B, NH, T, hs); G = 3 for q, k, v, and 1 for the attention output.
-template <bool TO_HEADS>
-__global__ void transpose_heads_kernel(float* dst, const float* src, int B, int T, int G, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t per_group = (size_t)B * NH * T * hs;
-    if (idx >= G * per_group) { return; }
-    size_t g = idx / per_group, rest = idx % per_group;
-    int d = (int)(rest % hs);
-    int t = (int)((rest / hs) % T);
-    int h = (int)((rest / ((size_t)hs * T)) % NH);
-    size_t b = rest / ((size_t)hs * T * NH);
-    size_t token_idx = (((b * T + t) * G + g) * NH + h) * hs + d;
-    if (TO_HEADS) { dst[idx] = src[token_idx]; }
-    else { dst[token_idx] = src[idx]; }
+static const int FLASH_WARPS = 4;
+static const int FLASH_THREADS = 32 * FLASH_WARPS;
+static const int FLASH_ROWS = 16 * FLASH_WARPS;  // queries (forward, dQ) or keys (dK/dV) per CTA
+static const int FLASH_DQ_KEYS = 32;             // keys per tile of the dQ kernel
+static const float FLASH_LOG2E = 1.4426950408889634f;
+
+// Keys per tile of the forward kernel, queries per tile of the dK/dV kernel, and the CTAs per
+// multiprocessor the register allocation must allow: chosen on an H200 for hs = 64, smaller for
+// hs = 128 and for the split products, which need more registers.
+__host__ __device__ constexpr int flash_forward_keys(int hs) { return hs == 128 ? 32 : 64; }
+__host__ __device__ constexpr int flash_dkdv_queries(int hs, bool split) { return hs == 128 || split ? 32 : 64; }
+__host__ __device__ constexpr int flash_forward_min_blocks(int hs, bool split) { return hs <= 64 && !split ? 3 : 1; }
+__host__ __device__ constexpr int flash_dq_min_blocks(int hs, bool split) { return hs <= 64 && !split ? 3 : 1; }
+__host__ __device__ constexpr int flash_dkdv_min_blocks(int hs, bool split) { return hs <= 64 && !split ? 2 : 1; }
+
+// Up to hs = 64 the backward kernels hold their warp's rows of q and dout (dQ) or k and v (dK/dV) in
+// registers; for hs = 128 those stay in shared memory and are re-read per tile.
+__host__ __device__ constexpr bool flash_holds_rows(int hs) { return hs <= 64; }
+
+// ----------------------------------------------------------------------------------------------
+// Tensor-core and copy primitives
+
+// Round to nearest (ties away) to TF32 for finite x: the tensor cores then read the top 19 bits.
+__device__ __forceinline__ float tf32_round(float x) {
+    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
 }
 
-template <bool TO_HEADS>
-static void transpose_heads(float* dst, const float* src, int B, int T, int G, int NH, int hs) {
-    const int block_size = 256;
-    size_t n = (size_t)G * B * NH * T * hs;
-    transpose_heads_kernel<TO_HEADS><<<ceil_div(n, block_size), block_size>>>(dst, src, B, T, G, NH, hs);
-    cudaCheck(cudaGetLastError());
+// An operand held in registers: rounded to TF32, or kept whole for the split products.
+template <bool SPLIT>
+__device__ __forceinline__ float tf32_operand(float x) { return SPLIT ? x : tf32_round(x); }
+
+__device__ __forceinline__ void mma_m16n8k8(float d[4], const float a[4], const float b[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+          "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
 }
 
-// In place, one warp per row (b, h, t) of scaled scores q_t.k_s/sqrt(hs): softmax over s <= t, or
-// relu(score)/(t+1); 0 for s > t.
-template <AttentionKind KIND>
-__global__ void attention_scores_forward_kernel(float* att, int rows, int T) {
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
-    int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank();
-    if (row >= rows) { return; }
-    int t = row % T;
-    float* x = att + (size_t)row * T;
-    if (KIND == ATTENTION_SOFTMAX) {
-        float max_score = -FLT_MAX;
-        for (int s = warp.thread_rank(); s <= t; s += 32) { max_score = fmaxf(max_score, x[s]); }
-        max_score = cg::reduce(warp, max_score, cg::greater<float>());
-        float sum = 0.0f;
-        for (int s = warp.thread_rank(); s <= t; s += 32) { sum += expf(x[s] - max_score); }
-        sum = cg::reduce(warp, sum, cg::plus<float>());
-        for (int s = warp.thread_rank(); s < T; s += 32) { x[s] = s <= t ? expf(x[s] - max_score) / sum : 0.0f; }
+// d += a * b; SPLIT: ~fp32 accuracy from three TF32 products, the small terms first.
+template <bool SPLIT>
+__device__ __forceinline__ void mma_tf32(float d[4], const float a[4], const float b[2]) {
+    if constexpr (SPLIT) {
+        float a_hi[4], a_lo[4], b_hi[2], b_lo[2];
+        for (int i = 0; i < 4; i++) {
+            a_hi[i] = tf32_round(a[i]);
+            a_lo[i] = a[i] - a_hi[i];
+        }
+        for (int i = 0; i < 2; i++) {
+            b_hi[i] = tf32_round(b[i]);
+            b_lo[i] = b[i] - b_hi[i];
+        }
+        mma_m16n8k8(d, a_lo, b_hi);
+        mma_m16n8k8(d, a_hi, b_lo);
+        mma_m16n8k8(d, a_hi, b_hi);
     } else {
-        float inv_visible = 1.0f / (t + 1);
-        for (int s = warp.thread_rank(); s < T; s += 32) { x[s] = s <= t ? fmaxf(x[s], 0.0f) * inv_visible : 0.0f; }
+        mma_m16n8k8(d, a, b);
     }
 }
 
-// In place, datt -> d(scaled score), one warp per row. Softmax: att * (datt - sum_s att * datt);
-// ReLU: datt / (t+1) where the score was positive (att > 0).
-template <AttentionKind KIND>
-__global__ void attention_scores_backward_kernel(float* datt, const float* att, int rows, int T) {
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
-    int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank();
-    if (row >= rows) { return; }
-    int t = row % T;
-    float* d = datt + (size_t)row * T;
-    const float* a = att + (size_t)row * T;
-    if (KIND == ATTENTION_SOFTMAX) {
-        float dot = 0.0f;
-        for (int s = warp.thread_rank(); s <= t; s += 32) { dot += a[s] * d[s]; }
-        dot = cg::reduce(warp, dot, cg::plus<float>());
-        for (int s = warp.thread_rank(); s < T; s += 32) { d[s] = s <= t ? a[s] * (d[s] - dot) : 0.0f; }
-    } else {
-        float inv_visible = 1.0f / (t + 1);
-        for (int s = warp.thread_rank(); s < T; s += 32) { d[s] = s <= t && a[s] > 0.0f ? d[s] * inv_visible : 0.0f; }
+// 16 bytes global -> shared, bypassing L1; zero-filled when !valid.
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+    uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst_shared), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
+    uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst_shared), "l"(src), "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// ----------------------------------------------------------------------------------------------
+// Shared-memory tiles and fragments
+
+// Float offset of (row, col) in a swizzled [rows][HS] tile: chunk c of row r sits at c ^ 2v(r),
+// v = (r/2 % 4) ^ 2(r % 2). Conflict-free: float4 loads of rows 8n + g (two rows per 8 lanes) and
+// float2 loads of rows 8ks + 2q (+1) at columns 16mt + 2g (four rows per 16 lanes).
+template <int HS>
+__device__ __forceinline__ int tile_offset(int row, int col) {
+    int chunk = (col >> 2) ^ ((((row >> 1) & 3) ^ ((row & 1) << 1)) << 1);
+    return row * HS + (chunk << 2) + (col & 3);
+}
+
+// The per-thread parts of fragment offsets; the rest of each offset is a compile-time constant.
+typedef struct {
+    int scores[2];   // float4 at (8n + g, 16j + 4q): scores[j % 2] + 8n*HS + 32(j / 2)
+    int sums[2][2];  // float2 at (8ks + 2q + r, 16mt + 2g): sums[r][mt % 2] + 8ks*HS + 32(mt / 2)
+} FragmentOffsets;
+
+template <int HS>
+__device__ FragmentOffsets fragment_offsets(int g, int q) {
+    FragmentOffsets off;
+    for (int i = 0; i < 2; i++) {
+        off.scores[i] = tile_offset<HS>(g, 16 * i + 4 * q);
+        for (int r = 0; r < 2; r++) { off.sums[r][i] = tile_offset<HS>(2 * q + r, 16 * i + 2 * g); }
+    }
+    return off;
+}
+
+template <int HS>
+__device__ __forceinline__ float4 scores_quad(const float* tile, const FragmentOffsets& off, int n, int j) {
+    return *(const float4*)(tile + off.scores[j & 1] + 8 * n * HS + 32 * (j >> 1));
+}
+
+template <int HS>
+__device__ __forceinline__ float2 sums_pair(const float* tile, const FragmentOffsets& off, int ks, int r, int mt) {
+    return *(const float2*)(tile + off.sums[r][mt & 1] + 8 * ks * HS + 32 * (mt >> 1));
+}
+
+// A fragments of k-steps 2j and 2j+1 from the quads of rows g (top) and g + 8 (bottom).
+__device__ __forceinline__ void a_pair(float a[2][4], float4 top, float4 bottom) {
+    a[0][0] = top.x, a[0][1] = bottom.x, a[0][2] = top.y, a[0][3] = bottom.y;
+    a[1][0] = top.z, a[1][1] = bottom.z, a[1][2] = top.w, a[1][3] = bottom.w;
+}
+
+// Rows [row0, row0 + ROWS) of one head's q, k, v or dout (rows row_stride floats apart) into a
+// tile; rows >= T read as 0. Each thread copies one 16-byte column chunk of every PASS-th row; the
+// swizzle repeats every 8 rows, so the shared offsets are CYCLE values plus constants.
+template <int ROWS, int HS>
+__device__ void load_tile(float* tile, const float* head, size_t row_stride, int row0, int T) {
+    constexpr int CHUNKS = HS / 4, PASS = FLASH_THREADS / CHUNKS, CYCLE = PASS >= 8 ? 1 : 8 / PASS;
+    int r = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 4;
+    int offsets[CYCLE];
+#pragma unroll
+    for (int k = 0; k < CYCLE; k++) { offsets[k] = tile_offset<HS>(r + k * PASS, c); }
+    const float* src = head + (size_t)(row0 + r) * row_stride + c;
+#pragma unroll
+    for (int pass = 0; pass < ROWS / PASS; pass++) {
+        bool valid = row0 + r + pass * PASS < T;
+        float* dst = tile + offsets[pass % CYCLE] + (pass / CYCLE) * CYCLE * PASS * HS;
+        cp_async16(dst, valid ? src + pass * PASS * row_stride : head, valid);
     }
 }
 
-static const int ATTENTION_SCORES_BLOCK = 256;
-
-static void attention_scores_forward(float* att, int rows, int T, AttentionKind kind) {
-    unsigned int grid = ceil_div(rows, ATTENTION_SCORES_BLOCK / 32);
-    if (kind == ATTENTION_SOFTMAX) { attention_scores_forward_kernel<ATTENTION_SOFTMAX><<<grid, ATTENTION_SCORES_BLOCK>>>(att, rows, T); }
-    else { attention_scores_forward_kernel<ATTENTION_RELU><<<grid, ATTENTION_SCORES_BLOCK>>>(att, rows, T); }
-    cudaCheck(cudaGetLastError());
+// A fragments of rows [row0, row0 + 16) straight from global memory; rows >= T read as 0.
+template <int HS, bool SPLIT>
+__device__ void load_a_global(float a[HS / 8][4], const float* head, size_t row_stride, int row0, int T, int g,
+                              int q) {
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float* top_row = head + (size_t)(row0 + g) * row_stride + 4 * q;
+    const float* bottom_row = top_row + 8 * row_stride;
+#pragma unroll
+    for (int j = 0; j < HS / 16; j++) {
+        float4 top = row0 + g < T ? *(const float4*)(top_row + 16 * j) : zero;
+        float4 bottom = row0 + g + 8 < T ? *(const float4*)(bottom_row + 16 * j) : zero;
+        a_pair(&a[2 * j], top, bottom);
+    }
+#pragma unroll
+    for (int ks = 0; ks < HS / 8; ks++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) { a[ks][i] = tf32_operand<SPLIT>(a[ks][i]); }
+    }
 }
 
-static void attention_scores_backward(float* datt, const float* att, int rows, int T, AttentionKind kind) {
-    unsigned int grid = ceil_div(rows, ATTENTION_SCORES_BLOCK / 32);
-    if (kind == ATTENTION_SOFTMAX) { attention_scores_backward_kernel<ATTENTION_SOFTMAX><<<grid, ATTENTION_SCORES_BLOCK>>>(datt, att, rows, T); }
-    else { attention_scores_backward_kernel<ATTENTION_RELU><<<grid, ATTENTION_SCORES_BLOCK>>>(datt, att, rows, T); }
-    cudaCheck(cudaGetLastError());
+template <int COUNT>
+__device__ __forceinline__ void zero_fragments(float s[COUNT][4]) {
+#pragma unroll
+    for (int n = 0; n < COUNT; n++) { s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f; }
 }
 
-// out (B, T, C) and att (B, NH, T, T) from qkv (B, T, 3C). Scratch: qkvr (3, B, NH, T, hs) and
-// heads (B, NH, T, hs).
-static void attention_forward(float* out, float* att, float* qkvr, float* heads, const float* qkv, int B, int T,
-                              int C, int NH, AttentionKind kind) {
-    int hs = C / NH, batch = B * NH;
-    size_t btc = (size_t)B * T * C, head_stride = (size_t)T * hs, att_stride = (size_t)T * T;
-    float *q = qkvr, *k = qkvr + btc, *v = qkvr + 2 * btc;
-    transpose_heads<true>(qkvr, qkv, B, T, 3, NH, hs);
-    matmul(att, k, q, NULL, T, T, hs, true, false, 1.0f / sqrtf((float)hs), 0.0f, batch, head_stride, head_stride,
-           att_stride);
-    attention_scores_forward(att, batch * T, T, kind);
-    matmul(heads, v, att, NULL, hs, T, T, false, false, 1.0f, 0.0f, batch, head_stride, att_stride, head_stride);
-    transpose_heads<false>(out, heads, B, T, 1, NH, hs);
+// s (16 x N) += the k-steps 2j and 2j+1 of a * tile^T, the tile's rows [0, N) being the n columns.
+template <int HS, int N, bool SPLIT>
+__device__ __forceinline__ void scores_step_pair(float s[N / 8][4], const float a[2][4], const float* tile,
+                                                 const FragmentOffsets& off, int j) {
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) {
+        float4 b = scores_quad<HS>(tile, off, n, j);
+        float b_even[2] = {b.x, b.y}, b_odd[2] = {b.z, b.w};
+        mma_tf32<SPLIT>(s[n], a[0], b_even);
+        mma_tf32<SPLIT>(s[n], a[1], b_odd);
+    }
 }
 
-// dqkv (B, T, 3C) from dout (B, T, C). Scratch: qkvr and dqkvr (3, B, NH, T, hs), dheads
-// (B, NH, T, hs), datt (B, NH, T, T).
-static void attention_backward(float* dqkv, float* dqkvr, float* datt, float* dheads, float* qkvr, const float* dout,
-                               const float* qkv, const float* att, int B, int T, int C, int NH, AttentionKind kind) {
-    int hs = C / NH, batch = B * NH;
-    size_t btc = (size_t)B * T * C, head_stride = (size_t)T * hs, att_stride = (size_t)T * T;
-    float *q = qkvr, *k = qkvr + btc, *v = qkvr + 2 * btc;
-    float *dq = dqkvr, *dk = dqkvr + btc, *dv = dqkvr + 2 * btc;
-    float scale = 1.0f / sqrtf((float)hs);
-    transpose_heads<true>(qkvr, qkv, B, T, 3, NH, hs);
-    transpose_heads<true>(dheads, dout, B, T, 1, NH, hs);
-    matmul(datt, v, dheads, NULL, T, T, hs, true, false, 1.0f, 0.0f, batch, head_stride, head_stride, att_stride);
-    matmul(dv, dheads, att, NULL, hs, T, T, false, true, 1.0f, 0.0f, batch, head_stride, att_stride, head_stride);
-    attention_scores_backward(datt, att, batch * T, T, kind);
-    matmul(dq, k, datt, NULL, hs, T, T, false, false, scale, 0.0f, batch, head_stride, att_stride, head_stride);
-    matmul(dk, q, datt, NULL, hs, T, T, false, true, scale, 0.0f, batch, head_stride, att_stride, head_stride);
-    transpose_heads<false>(dqkv, dqkvr, B, T, 3, NH, hs);
+// s (16 x N) = a (16 x HS, registers) * tile^T.
+template <int HS, int N, bool SPLIT>
+__device__ void scores_from_registers(float s[N / 8][4], const float a[HS / 8][4], const float* tile,
+                                      const FragmentOffsets& off) {
+    zero_fragments<N / 8>(s);
+#pragma unroll
+    for (int j = 0; j < HS / 16; j++) { scores_step_pair<HS, N, SPLIT>(s, &a[2 * j], tile, off, j); }
+}
+
+// s (16 x N) = a_tile rows [a_row0, a_row0 + 16) times tile^T.
+template <int HS, int N, bool SPLIT>
+__device__ void scores_from_tile(float s[N / 8][4], const float* a_tile, int a_row0, const float* tile,
+                                 const FragmentOffsets& off) {
+    zero_fragments<N / 8>(s);
+    const float* a_rows = a_tile + a_row0 * HS;
+#pragma unroll
+    for (int j = 0; j < HS / 16; j++) {
+        float a[2][4];
+        a_pair(a, scores_quad<HS>(a_rows, off, 0, j), scores_quad<HS>(a_rows, off, 1, j));
+        scores_step_pair<HS, N, SPLIT>(s, a, tile, off, j);
+    }
+}
+
+// The scores of the warp's rows of a (registers, or the A tile when it is not held) against a tile.
+template <int HS, int N, bool SPLIT, bool HOLD>
+__device__ __forceinline__ void warp_scores(float s[N / 8][4], const float a[HS / 8][4], const float* a_tile,
+                                           int a_row0, const float* tile, const FragmentOffsets& off) {
+    if constexpr (HOLD) { scores_from_registers<HS, N, SPLIT>(s, a, tile, off); }
+    else { scores_from_tile<HS, N, SPLIT>(s, a_tile, a_row0, tile, off); }
+}
+
+// acc^T (HS x 16) += tile^T (HS x K) * x^T, x the warp's 16 x K C fragments (TF32-ready).
+template <int HS, int K, bool SPLIT>
+__device__ void accumulate_transposed(float acc[HS / 16][2][4], const float x[K / 8][4], const float* tile,
+                                      const FragmentOffsets& off) {
+#pragma unroll
+    for (int ks = 0; ks < K / 8; ks++) {
+        float b_top[2] = {x[ks][0], x[ks][1]}, b_bottom[2] = {x[ks][2], x[ks][3]};
+#pragma unroll
+        for (int mt = 0; mt < HS / 16; mt++) {
+            float2 lo = sums_pair<HS>(tile, off, ks, 0, mt), hi = sums_pair<HS>(tile, off, ks, 1, mt);
+            float a[4] = {lo.x, lo.y, hi.x, hi.y};
+            mma_tf32<SPLIT>(acc[mt][0], a, b_top);
+            mma_tf32<SPLIT>(acc[mt][1], a, b_bottom);
+        }
+    }
+}
+
+// The warp rows a thread holds in acc^T: 2q, 2q + 1, 2q + 8, 2q + 9 (index 2nt + r).
+__device__ __forceinline__ int transposed_row(int i, int q) { return 8 * (i >> 1) + 2 * q + (i & 1); }
+
+// Values kept per row g (v[0]) and g + 8 (v[1]) of the C layout, gathered for the acc^T rows.
+__device__ __forceinline__ void gather_rows(float out[4], const float v[2], int q,
+                                            const cg::thread_block_tile<32>& warp) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) { out[i] = warp.shfl(v[i >> 1], 4 * (transposed_row(i, q) & 7)); }
+}
+
+// Multiplies each row of a warp's acc^T by its factor (transposed_row order).
+template <int HS>
+__device__ __forceinline__ void scale_rows(float acc[HS / 16][2][4], const float factor[4]) {
+#pragma unroll
+    for (int mt = 0; mt < HS / 16; mt++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            acc[mt][i >> 1][i & 1] *= factor[i];
+            acc[mt][i >> 1][(i & 1) + 2] *= factor[i];
+        }
+    }
+}
+
+// Rows of a warp's acc^T, each times its row_scale, to rows row0 + transposed_row of dst (rows
+// row_stride floats apart); rows >= T are skipped.
+template <int HS>
+__device__ void store_transposed(float* dst, size_t row_stride, const float acc[HS / 16][2][4],
+                                 const float row_scale[4], int row0, int T, int g, int q) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = row0 + transposed_row(i, q), nt = i >> 1, r = i & 1;
+        if (row >= T) { continue; }
+        float* dst_row = dst + (size_t)row * row_stride + 2 * g;
+#pragma unroll
+        for (int mt = 0; mt < HS / 16; mt++) {
+            float2 v = make_float2(acc[mt][nt][r] * row_scale[i], acc[mt][nt][r + 2] * row_scale[i]);
+            *(float2*)(dst_row + 16 * mt) = v;
+        }
+    }
+}
+
+// Causal mask on a warp's 16 x N scores: the rows are queries from row0 (or keys, KEY_ROWS), the
+// columns queries or keys from col0; pairs with key > query become `masked`.
+template <int N, bool KEY_ROWS>
+__device__ void mask_causal(float s[N / 8][4], int row0, int col0, float masked, int g, int q) {
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = row0 + g + (i >= 2 ? 8 : 0), col = col0 + 8 * n + 2 * q + (i & 1);
+            if (KEY_ROWS ? row > col : col > row) { s[n][i] = masked; }
+        }
+    }
+}
+
+// exp in the units of exponent_scale: exp2 (log2 e folded into the scale) in TF32 mode, the
+// accurate expf in FP32-accurate mode.
+template <bool SPLIT>
+__device__ __forceinline__ float flash_exp(float x) {
+    if constexpr (SPLIT) { return expf(x); }
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <bool SPLIT>
+__device__ __forceinline__ float exponent_scale(float scale) { return SPLIT ? scale : scale * FLASH_LOG2E; }
+
+// ----------------------------------------------------------------------------------------------
+// Forward: out = P v per query block, online softmax (running max and sum per row) or ReLU.
+
+// Online softmax over one key tile for rows g and g+8: s becomes P (unnormalised), row_sum is
+// rescaled to the new row maxima, and correction says by how much (for the output). Every row of a
+// processed tile sees at least one key.
+template <int N, bool SPLIT>
+__device__ void online_softmax(float s[N / 8][4], float row_max[2], float row_sum[2], float correction[2],
+                               float exp_scale, const cg::thread_block_tile<32>& warp) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float m = row_max[half];
+#pragma unroll
+        for (int n = 0; n < N / 8; n++) { m = fmaxf(m, fmaxf(s[n][2 * half], s[n][2 * half + 1])); }
+        m = fmaxf(m, warp.shfl_xor(m, 1));
+        m = fmaxf(m, warp.shfl_xor(m, 2));
+        correction[half] = flash_exp<SPLIT>((row_max[half] - m) * exp_scale);
+        row_max[half] = m;
+        float offset = m * exp_scale, sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < N / 8; n++) {
+#pragma unroll
+            for (int i = 2 * half; i < 2 * half + 2; i++) {
+                s[n][i] = flash_exp<SPLIT>(fmaf(s[n][i], exp_scale, -offset));
+                sum += s[n][i];
+            }
+        }
+        row_sum[half] = row_sum[half] * correction[half] + sum;
+    }
+}
+
+template <AttentionKind KIND, int HS, bool SPLIT>
+__global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SPLIT))
+    flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH) {
+    constexpr int KEYS = flash_forward_keys(HS), TILE = KEYS * HS;
+    extern __shared__ float smem[];  // two stages of {K tile, V tile}, KEYS x HS each
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3;
+    FragmentOffsets off = fragment_offsets<HS>(g, q);
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C;
+    int query0 = (gridDim.y - 1 - blockIdx.y) * FLASH_ROWS;  // the heaviest query blocks start first
+    int warp_query0 = query0 + 16 * warp.meta_group_rank();
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    int num_tiles = ceil_div(min(query0 + FLASH_ROWS, T), KEYS);
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<SPLIT>(scale);
+
+    load_tile<KEYS, HS>(smem, q_head + C, row_stride, 0, T);
+    load_tile<KEYS, HS>(smem + TILE, q_head + 2 * C, row_stride, 0, T);
+    cp_async_commit();
+    float q_frag[HS / 8][4], o[HS / 16][2][4] = {};  // o: the output transposed (accumulate_transposed)
+    load_a_global<HS, SPLIT>(q_frag, q_head, row_stride, warp_query0, T, g, q);
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        cp_async_wait_all();
+        block.sync();  // tile landed for all; everyone is done with the other stage
+        if (tile + 1 < num_tiles) {
+            float* next = smem + ((tile + 1) & 1) * 2 * TILE;
+            load_tile<KEYS, HS>(next, q_head + C, row_stride, (tile + 1) * KEYS, T);
+            load_tile<KEYS, HS>(next + TILE, q_head + 2 * C, row_stride, (tile + 1) * KEYS, T);
+        }
+        cp_async_commit();
+        int key0 = tile * KEYS;
+        if (key0 > warp_query0 + 15) { continue; }  // every key after every query of this warp
+        const float* k_tile = smem + (tile & 1) * 2 * TILE;
+        float s[KEYS / 8][4];
+        scores_from_registers<HS, KEYS, SPLIT>(s, q_frag, k_tile, off);
+        if (key0 + KEYS - 1 > warp_query0) {
+            mask_causal<KEYS, false>(s, warp_query0, key0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
+        }
+        if (KIND == ATTENTION_SOFTMAX) {
+            float correction[2], row_correction[4];
+            online_softmax<KEYS, SPLIT>(s, row_max, row_sum, correction, exp_scale, warp);
+            gather_rows(row_correction, correction, q, warp);
+            scale_rows<HS>(o, row_correction);
+        }
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float p = KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f);
+                s[n][i] = tf32_operand<SPLIT>(p);
+            }
+        }
+        accumulate_transposed<HS, KEYS, SPLIT>(o, s, k_tile + TILE, off);
+    }
+
+    float row_scale[4];
+    if (KIND == ATTENTION_SOFTMAX) {
+        float inverse_sum[2];
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float sum = row_sum[half] + warp.shfl_xor(row_sum[half], 1);
+            sum += warp.shfl_xor(sum, 2);
+            inverse_sum[half] = 1.0f / sum;
+            int row = warp_query0 + g + 8 * half;
+            if (q == 0 && row < T) { lse[(b * NH + h) * T + row] = row_max[half] * scale + logf(sum); }
+        }
+        gather_rows(row_scale, inverse_sum, q, warp);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) { row_scale[i] = 1.0f / (warp_query0 + transposed_row(i, q) + 1); }
+    }
+    store_transposed<HS>(out + b * T * C + h * HS, C, o, row_scale, warp_query0, T, g, q);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Backward. Per (query t, key s <= t): P from the recomputed score, dP = dout_t . v_s,
+// dS = P (dP - delta_t) (softmax) or dP / (t+1) where the score is positive (ReLU);
+// dq_t = scale sum_s dS k_s, dk_s = scale sum_t dS q_t, dv_s = sum_t P dout_t.
+
+// P and dS from a score s and its dP, in place, given the query's statistics: softmax (lse in
+// exponent units, delta), ReLU (1/(t+1)). Masked scores are -inf (softmax) or 0 (ReLU).
+template <AttentionKind KIND, bool SPLIT>
+__device__ __forceinline__ void probability_and_gradient(float& s, float& dp, float scale, float exp_scale,
+                                                         float stat_a, float stat_b) {
+    if (KIND == ATTENTION_SOFTMAX) {
+        float p = flash_exp<SPLIT>(fmaf(s, exp_scale, -stat_a));
+        dp = p * (dp - stat_b);
+        s = p;
+    } else {
+        dp = s > 0.0f ? dp * stat_a : 0.0f;
+        s = fmaxf(s * scale, 0.0f) * stat_a;
+    }
+}
+
+// delta for rows row0 + g and row0 + g + 8 of a warp (lane pair 2r, 2r+1 sums row r's halves); also
+// written to delta_head for the dK/dV kernel.
+template <int HS>
+__device__ void row_deltas(float delta_rows[2], float* delta_head, const float* do_head, const float* out_head,
+                           int C, int row0, int T, const cg::thread_block_tile<32>& warp) {
+    int lane = warp.thread_rank(), row = row0 + lane / 2;
+    float sum = 0.0f;
+    if (row < T) {
+        const float4* d4 = (const float4*)(do_head + (size_t)row * C) + (lane & 1) * HS / 8;
+        const float4* o4 = (const float4*)(out_head + (size_t)row * C) + (lane & 1) * HS / 8;
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++) { sum += sum4(d4[i] * o4[i]); }
+    }
+    sum += warp.shfl_xor(sum, 1);
+    if ((lane & 1) == 0 && row < T) { delta_head[row] = sum; }
+    int g = lane >> 2;
+    delta_rows[0] = warp.shfl(sum, 2 * g);
+    delta_rows[1] = warp.shfl(sum, 2 * (g + 8));
+}
+
+// dQ: one CTA per 64 queries of a head, looping over key tiles up to the diagonal. Softmax also
+// computes delta for its rows (read by the dK/dV kernel, launched after).
+template <AttentionKind KIND, int HS, bool SPLIT>
+__global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
+    flash_backward_dq_kernel(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int T, int NH) {
+    constexpr int KEYS = FLASH_DQ_KEYS, TILE = KEYS * HS;
+    constexpr bool HOLD = flash_holds_rows(HS);
+    extern __shared__ float smem[];  // two stages of {K tile, V tile}, then (!HOLD) the Q and dO tiles
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3, warp_row = 16 * warp.meta_group_rank();
+    FragmentOffsets off = fragment_offsets<HS>(g, q);
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C, head_rows = (b * NH + h) * T;
+    int query0 = (gridDim.y - 1 - blockIdx.y) * FLASH_ROWS;  // the heaviest query blocks start first
+    int warp_query0 = query0 + warp_row;
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    const float* do_head = dout + b * T * C + h * HS;
+    float *q_tile = smem + 4 * TILE, *do_tile = q_tile + FLASH_ROWS * HS;
+    int num_tiles = ceil_div(min(query0 + FLASH_ROWS, T), KEYS);
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<SPLIT>(scale);
+
+    load_tile<KEYS, HS>(smem, q_head + C, row_stride, 0, T);
+    load_tile<KEYS, HS>(smem + TILE, q_head + 2 * C, row_stride, 0, T);
+    if constexpr (!HOLD) {
+        load_tile<FLASH_ROWS, HS>(q_tile, q_head, row_stride, query0, T);
+        load_tile<FLASH_ROWS, HS>(do_tile, do_head, C, query0, T);
+    }
+    cp_async_commit();
+    float q_frag[HOLD ? HS / 8 : 1][4], do_frag[HOLD ? HS / 8 : 1][4];
+    if constexpr (HOLD) {
+        load_a_global<HS, SPLIT>(q_frag, q_head, row_stride, warp_query0, T, g, q);
+        load_a_global<HS, SPLIT>(do_frag, do_head, C, warp_query0, T, g, q);
+    }
+    float stat_a[2], stat_b[2] = {0.0f, 0.0f};  // per row: lse in exponent units and delta, or 1/(t+1)
+    if (KIND == ATTENTION_SOFTMAX) {
+        row_deltas<HS>(stat_b, delta + head_rows, do_head, out + b * T * C + h * HS, C, warp_query0, T, warp);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int row = warp_query0 + g + 8 * half;
+        if (KIND == ATTENTION_SOFTMAX) { stat_a[half] = row < T ? lse[head_rows + row] * exp_scale / scale : 0.0f; }
+        else { stat_a[half] = 1.0f / (row + 1); }
+    }
+    float dq[HS / 16][2][4] = {};  // transposed
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        cp_async_wait_all();
+        block.sync();
+        if (tile + 1 < num_tiles) {
+            float* next = smem + ((tile + 1) & 1) * 2 * TILE;
+            load_tile<KEYS, HS>(next, q_head + C, row_stride, (tile + 1) * KEYS, T);
+            load_tile<KEYS, HS>(next + TILE, q_head + 2 * C, row_stride, (tile + 1) * KEYS, T);
+        }
+        cp_async_commit();
+        int key0 = tile * KEYS;
+        if (key0 > warp_query0 + 15) { continue; }
+        const float* k_tile = smem + (tile & 1) * 2 * TILE;
+        float s[KEYS / 8][4], dp[KEYS / 8][4];
+        warp_scores<HS, KEYS, SPLIT, HOLD>(s, q_frag, q_tile, warp_row, k_tile, off);
+        if (key0 + KEYS - 1 > warp_query0) {
+            mask_causal<KEYS, false>(s, warp_query0, key0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
+        }
+        warp_scores<HS, KEYS, SPLIT, HOLD>(dp, do_frag, do_tile, warp_row, k_tile + TILE, off);
+#pragma unroll
+        for (int n = 0; n < KEYS / 8; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                probability_and_gradient<KIND, SPLIT>(s[n][i], dp[n][i], scale, exp_scale, stat_a[i / 2],
+                                                      stat_b[i / 2]);
+                dp[n][i] = tf32_operand<SPLIT>(dp[n][i]);
+            }
+        }
+        accumulate_transposed<HS, KEYS, SPLIT>(dq, dp, k_tile, off);
+    }
+    float row_scale[4] = {scale, scale, scale, scale};
+    store_transposed<HS>(dqkv + b * T * row_stride + h * HS, row_stride, dq, row_scale, warp_query0, T, g, q);
+}
+
+// One stage of the dK/dV kernel: queries [query0, query0 + QUERIES) as Q and dO tiles plus per-query
+// statistics: lse and delta (softmax) or 1/(t+1) (ReLU).
+template <AttentionKind KIND, int HS, int QUERIES>
+__device__ void load_query_stage(float* stage, const float* q_head, const float* do_head, const float* lse_head,
+                                 const float* delta_head, size_t row_stride, int C, int query0, int T) {
+    constexpr int TILE = QUERIES * HS;
+    load_tile<QUERIES, HS>(stage, q_head, row_stride, query0, T);
+    load_tile<QUERIES, HS>(stage + TILE, do_head, C, query0, T);
+    float* stats = stage + 2 * TILE;
+    for (int i = threadIdx.x; i < QUERIES; i += FLASH_THREADS) {
+        int t = query0 + i;
+        if (KIND == ATTENTION_SOFTMAX) {
+            cp_async4(stats + i, lse_head + (t < T ? t : 0), t < T);
+            cp_async4(stats + QUERIES + i, delta_head + (t < T ? t : 0), t < T);
+        } else {
+            stats[i] = 1.0f / (t + 1);
+        }
+    }
+}
+
+// dK, dV: one CTA per 64 keys of a head, looping over query tiles from the diagonal to T.
+template <AttentionKind KIND, int HS, bool SPLIT>
+__global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT))
+    flash_backward_dkdv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                               int T, int NH) {
+    constexpr int QUERIES = flash_dkdv_queries(HS, SPLIT), TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
+    constexpr bool HOLD = flash_holds_rows(HS);
+    extern __shared__ float smem[];  // two stages of load_query_stage, then (!HOLD) the K and V tiles
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3, warp_row = 16 * warp.meta_group_rank();
+    FragmentOffsets off = fragment_offsets<HS>(g, q);
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C, head_rows = (b * NH + h) * T;
+    int key0 = blockIdx.y * FLASH_ROWS;  // the heaviest (earliest) key blocks start first
+    int warp_key0 = key0 + warp_row;
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    const float* do_head = dout + b * T * C + h * HS;
+    float *k_tile = smem + 2 * STAGE, *v_tile = k_tile + FLASH_ROWS * HS;
+    int first_tile = key0 / QUERIES, num_tiles = ceil_div(T, QUERIES);
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<SPLIT>(scale), lse_scale = exp_scale / scale;
+
+    load_query_stage<KIND, HS, QUERIES>(smem, q_head, do_head, lse + head_rows, delta + head_rows, row_stride, C,
+                               first_tile * QUERIES, T);
+    if constexpr (!HOLD) {
+        load_tile<FLASH_ROWS, HS>(k_tile, q_head + C, row_stride, key0, T);
+        load_tile<FLASH_ROWS, HS>(v_tile, q_head + 2 * C, row_stride, key0, T);
+    }
+    cp_async_commit();
+    float k_frag[HOLD ? HS / 8 : 1][4], v_frag[HOLD ? HS / 8 : 1][4];
+    if constexpr (HOLD) {
+        load_a_global<HS, SPLIT>(k_frag, q_head + C, row_stride, warp_key0, T, g, q);
+        load_a_global<HS, SPLIT>(v_frag, q_head + 2 * C, row_stride, warp_key0, T, g, q);
+    }
+    float dk[HS / 16][2][4] = {}, dv[HS / 16][2][4] = {};  // transposed
+
+    for (int tile = first_tile; tile < num_tiles; tile++) {
+        cp_async_wait_all();
+        block.sync();
+        if (tile + 1 < num_tiles) {
+            load_query_stage<KIND, HS, QUERIES>(smem + ((tile + 1 - first_tile) & 1) * STAGE, q_head, do_head,
+                                                lse + head_rows, delta + head_rows, row_stride, C,
+                                                (tile + 1) * QUERIES, T);
+        }
+        cp_async_commit();
+        int query0 = tile * QUERIES;
+        if (query0 + QUERIES - 1 < warp_key0) { continue; }  // every query before every key of this warp
+        const float* q_tile = smem + ((tile - first_tile) & 1) * STAGE;
+        const float *do_tile = q_tile + TILE, *stat_a = q_tile + 2 * TILE, *stat_b = stat_a + QUERIES;
+        float s[QUERIES / 8][4], dp[QUERIES / 8][4];  // transposed: rows are keys, columns queries
+        warp_scores<HS, QUERIES, SPLIT, HOLD>(s, k_frag, k_tile, warp_row, q_tile, off);
+        if (query0 < warp_key0 + 15) {
+            mask_causal<QUERIES, true>(s, warp_key0, query0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
+        }
+        warp_scores<HS, QUERIES, SPLIT, HOLD>(dp, v_frag, v_tile, warp_row, do_tile, off);
+#pragma unroll
+        for (int n = 0; n < QUERIES / 8; n++) {
+            float2 pair_a = *(const float2*)(stat_a + 8 * n + 2 * q), pair_b = *(const float2*)(stat_b + 8 * n + 2 * q);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float column_a = (i & 1) ? pair_a.y : pair_a.x, column_b = (i & 1) ? pair_b.y : pair_b.x;
+                if (KIND == ATTENTION_SOFTMAX) { column_a *= lse_scale; }
+                probability_and_gradient<KIND, SPLIT>(s[n][i], dp[n][i], scale, exp_scale, column_a, column_b);
+                s[n][i] = tf32_operand<SPLIT>(s[n][i]);
+                dp[n][i] = tf32_operand<SPLIT>(dp[n][i]);
+            }
+        }
+        accumulate_transposed<HS, QUERIES, SPLIT>(dv, s, do_tile, off);
+        accumulate_transposed<HS, QUERIES, SPLIT>(dk, dp, q_tile, off);
+    }
+    float dk_scale[4] = {scale, scale, scale, scale}, dv_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    float* dk_head = dqkv + b * T * row_stride + C + h * HS;
+    store_transposed<HS>(dk_head, row_stride, dk, dk_scale, warp_key0, T, g, q);
+    store_transposed<HS>(dk_head + C, row_stride, dv, dv_scale, warp_key0, T, g, q);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Host launchers: the runtime head size, kind and accuracy pick a kernel instantiation.
+
+template <int HS, typename Launch>
+static void flash_dispatch_hs(const Launch& launch, AttentionKind kind, bool fp32_accurate) {
+    if (kind == ATTENTION_SOFTMAX) {
+        if (fp32_accurate) { launch.template run<ATTENTION_SOFTMAX, HS, true>(); }
+        else { launch.template run<ATTENTION_SOFTMAX, HS, false>(); }
+    } else {
+        if (fp32_accurate) { launch.template run<ATTENTION_RELU, HS, true>(); }
+        else { launch.template run<ATTENTION_RELU, HS, false>(); }
+    }
+}
+
+template <typename Launch>
+static void flash_dispatch(const Launch& launch, int hs, AttentionKind kind, bool fp32_accurate, const char* what) {
+    if (hs == 32) { flash_dispatch_hs<32>(launch, kind, fp32_accurate); }
+    else if (hs == 64) { flash_dispatch_hs<64>(launch, kind, fp32_accurate); }
+    else if (hs == 128) { flash_dispatch_hs<128>(launch, kind, fp32_accurate); }
+    else { fail("%s: head size %d is not supported (32, 64 or 128)", what, hs); }
+}
+
+// Raises a kernel's dynamic shared-memory limit the first time it is launched.
+template <typename Kernel>
+static void flash_set_shared(Kernel kernel, size_t shared, bool* done) {
+    if (*done) { return; }
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+    *done = true;
+}
+
+struct FlashForward {
+    float* out;
+    float* lse;
+    const float* qkv;
+    int B, T, NH;
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        static bool configured = false;
+        size_t shared = 4 * flash_forward_keys(HS) * HS * sizeof(float);
+        flash_set_shared(flash_forward_kernel<KIND, HS, SPLIT>, shared, &configured);
+        dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
+        flash_forward_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(out, lse, qkv, T, NH);
+        cudaCheck(cudaGetLastError());
+    }
+};
+
+struct FlashBackward {
+    float* dqkv;
+    float* delta;
+    const float *dout, *qkv, *out, *lse;
+    int B, T, NH;
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        static bool configured_dq = false, configured_dkdv = false;
+        int keys = FLASH_DQ_KEYS, queries = flash_dkdv_queries(HS, SPLIT);
+        size_t held_rows = flash_holds_rows(HS) ? 0 : 2 * FLASH_ROWS * HS;  // the tiles of the rows not held
+        size_t dq_shared = (4 * keys * HS + held_rows) * sizeof(float);
+        size_t dkdv_shared = (2 * (2 * queries * HS + 2 * queries) + held_rows) * sizeof(float);
+        flash_set_shared(flash_backward_dq_kernel<KIND, HS, SPLIT>, dq_shared, &configured_dq);
+        flash_set_shared(flash_backward_dkdv_kernel<KIND, HS, SPLIT>, dkdv_shared, &configured_dkdv);
+        dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
+        flash_backward_dq_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, dq_shared>>>(dqkv, delta, dout, qkv, out,
+                                                                                      lse, T, NH);
+        cudaCheck(cudaGetLastError());
+        flash_backward_dkdv_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, dkdv_shared>>>(dqkv, dout, qkv, lse,
+                                                                                          delta, T, NH);
+        cudaCheck(cudaGetLastError());
+    }
+};
+
+// out (B, T, C) and, for softmax, lse (B, NH, T) from qkv (B, T, 3C).
+static void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs,
+                                    AttentionKind kind, bool fp32_accurate) {
+    FlashForward launch = {out, lse, qkv, B, T, NH};
+    flash_dispatch(launch, hs, kind, fp32_accurate, "flash_attention_forward");
+}
+
+// dqkv (B, T, 3C), overwritten, from dout (B, T, C) and the forward's qkv, out and lse; delta
+// (B, NH, T) is scratch (softmax).
+static void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+                                     const float* lse, int B, int T, int NH, int hs, AttentionKind kind,
+                                     bool fp32_accurate) {
+    FlashBackward launch = {dqkv, delta, dout, qkv, out, lse, B, T, NH};
+    flash_dispatch(launch, hs, kind, fp32_accurate, "flash_attention_backward");
 }
 
 // ----------------------------------------------------------------------------------------------
 // GELU (tanh form)
 
-#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
+// The GELU's backward is fused into the fc layer's bias gradient (bias_backward with gelu_inp).
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+__global__ void gelu_forward_kernel(float4* out, const float4* inp, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) { return; }
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x)));
-}
-
-// In place: dinp = dout * gelu'(inp).
-__global__ void gelu_backward_kernel(float* dinp_dout, const float* inp, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) { return; }
-    float x = inp[i];
-    float th = tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
-    float sech2 = 1.0f - th * th;
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp_dout[i] *= grad;
+    if (i >= n4) { return; }
+    float4 x = inp[i];
+    out[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
 }
 
 static void gelu_forward(float* out, const float* inp, size_t n) {
-    gelu_forward_kernel<<<ceil_div(n, 256), 256>>>(out, inp, n);
-    cudaCheck(cudaGetLastError());
-}
-
-static void gelu_backward(float* dinp_dout, const float* inp, size_t n) {
-    gelu_backward_kernel<<<ceil_div(n, 256), 256>>>(dinp_dout, inp, n);
+    gelu_forward_kernel<<<ceil_div(n / 4, 256), 256>>>((float4*)out, (const float4*)inp, n / 4);
     cudaCheck(cudaGetLastError());
 }
 
@@ -666,12 +1316,24 @@ __global__ void fused_classifier_kernel(float* logits, float* losses, const int*
     int target = targets[blockIdx.x];
     if (threadIdx.x == 0) { target_logit = logits[(size_t)blockIdx.x * Vp + target]; }
 
+    // Each thread: 4 float4 loads in flight, then one rescale of its running sum and one exp per value.
     SoftmaxStats stats = {-FLT_MAX, 0.0f};
-    for (int i4 = threadIdx.x; i4 < Vp / 4; i4 += blockDim.x) {
-        float4 x4 = row4[i4];
-        float x[4] = {x4.x, x4.y, x4.z, x4.w};
-        for (int k = 0; k < 4; k++) {
-            if (4 * i4 + k < V) { stats = softmax_stats_combine(stats, SoftmaxStats{x[k], 1.0f}); }
+    const int V4 = Vp / 4, UNROLL = 4;
+    for (int first = threadIdx.x; first < V4; first += UNROLL * blockDim.x) {
+        float x[UNROLL * 4];
+        for (int u = 0; u < UNROLL; u++) {
+            int i4 = first + u * blockDim.x;
+            float4 x4 = i4 < V4 ? row4[i4] : make_float4(-FLT_MAX, -FLT_MAX, -FLT_MAX, -FLT_MAX);
+            x[4 * u] = x4.x, x[4 * u + 1] = x4.y, x[4 * u + 2] = x4.z, x[4 * u + 3] = x4.w;
+        }
+        float chunk_max = stats.max;
+        for (int u = 0; u < UNROLL * 4; u++) {
+            if (4 * (first + u / 4 * blockDim.x) + u % 4 < V) { chunk_max = fmaxf(chunk_max, x[u]); }
+        }
+        stats.sum *= expf(stats.max - chunk_max);
+        stats.max = chunk_max;
+        for (int u = 0; u < UNROLL * 4; u++) {
+            if (4 * (first + u / 4 * blockDim.x) + u % 4 < V) { stats.sum += expf(x[u] - chunk_max); }
         }
     }
     for (int offset = 16; offset > 0; offset /= 2) {
@@ -721,32 +1383,41 @@ typedef struct {
 } TensorTable;
 
 // The gradient is multiplied by *grad_scale, the clipping factor from grad_norm_kernel.
-__global__ void adamw_kernel(float* params, float* m_memory, float* v_memory, const float* grads, size_t n,
+// One thread per 4 parameters (every tensor's size is a multiple of 4, so they share a tensor).
+__global__ void adamw_kernel(float4* params, float4* m_memory, float4* v_memory, const float4* grads, size_t n4,
                              TensorTable table, const float* grad_scale, float lr, float beta1, float beta2,
                              float bias_correction1, float bias_correction2_sqrt, float eps, float weight_decay) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) { return; }
+    if (i >= n4) { return; }
     int tensor = 0;
-    while (i >= table.end[tensor]) { tensor++; }
+    while (4 * i >= table.end[tensor]) { tensor++; }
     float decay = (table.decay_mask >> tensor) & 1u ? weight_decay : 0.0f;
-    float g = grads[i] * *grad_scale;
-    float m = beta1 * m_memory[i] + (1.0f - beta1) * g;
-    float v = beta2 * v_memory[i] + (1.0f - beta2) * g * g;
-    m_memory[i] = m;
-    v_memory[i] = v;
-    float p = params[i] * (1.0f - lr * decay);
-    params[i] = p - (lr / bias_correction1) * m / (sqrtf(v) / bias_correction2_sqrt + eps);
+    float4 g4 = grads[i], m4 = m_memory[i], v4 = v_memory[i], p4 = params[i];
+    float* g = &g4.x;
+    float* m = &m4.x;
+    float* v = &v4.x;
+    float* p = &p4.x;
+    for (int k = 0; k < 4; k++) {
+        float grad = g[k] * *grad_scale;
+        m[k] = beta1 * m[k] + (1.0f - beta1) * grad;
+        v[k] = beta2 * v[k] + (1.0f - beta2) * grad * grad;
+        p[k] = p[k] * (1.0f - lr * decay);
+        p[k] -= (lr / bias_correction1) * m[k] / (sqrtf(v[k]) / bias_correction2_sqrt + eps);
+    }
+    m_memory[i] = m4;
+    v_memory[i] = v4;
+    params[i] = p4;
 }
 
 // Global gradient norm and clipping, as torch.nn.utils.clip_grad_norm_: each block sums the
 // squares of its contiguous slice, the last block sums the block partials in order and writes
 // norm_scale[0] = ||g|| and norm_scale[1] = min(1, max_norm / (||g|| + 1e-6)) (1 if max_norm <= 0).
-__global__ void grad_norm_kernel(float* norm_scale, float* partials, unsigned int* counter, const float* grads,
-                                 size_t n, float max_norm) {
-    size_t per_block = (n + gridDim.x - 1) / gridDim.x;
-    size_t begin = blockIdx.x * per_block, end = min(n, begin + per_block);
+__global__ void grad_norm_kernel(float* norm_scale, float* partials, unsigned int* counter, const float4* grads,
+                                 size_t n4, float max_norm) {
+    size_t per_block = (n4 + gridDim.x - 1) / gridDim.x;
+    size_t begin = blockIdx.x * per_block, end = min(n4, begin + per_block);
     float sum = 0.0f;
-    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) { sum += grads[i] * grads[i]; }
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) { sum += sum4(grads[i] * grads[i]); }
     sum = block_sum(sum);
     if (threadIdx.x == 0) { partials[blockIdx.x] = sum; }
     if (!arrive_last_in_group(counter, gridDim.x)) { return; }
@@ -760,7 +1431,9 @@ __global__ void grad_norm_kernel(float* norm_scale, float* partials, unsigned in
     }
 }
 
-static const int GRAD_NORM_BLOCKS = 1024;
+static const int GRAD_NORM_MAX_BLOCKS = 1024;
+
+static int grad_norm_blocks() { return std::min(GRAD_NORM_MAX_BLOCKS, 2 * g_num_sms); }
 
 // ----------------------------------------------------------------------------------------------
 // Initialisation: p[i] = mean + std * N(0, 1) from a counter-based generator keyed on (seed,
@@ -849,7 +1522,7 @@ static void point_parameters(ParameterTensors* tensors, float* memory, const siz
     }
 }
 
-#define NUM_ACTIVATION_TENSORS 26
+#define NUM_ACTIVATION_TENSORS 23
 
 // The classifier works on this many rows of logits at a time (0.8 GB at Vp = 50304).
 static const size_t CLASSIFIER_CHUNK_ROWS = 4096;
@@ -862,46 +1535,43 @@ typedef struct {
     float* ln1_rstd;   // (L, B, T)
     float* qkv;        // (L, B, T, 3C)
     float* atty;       // (L, B, T, C)
-    float* att;        // (L, B, NH, T, T)
+    float* lse;        // (L, B, NH, T): softmax log-sum-exp of each query's scores
     float* residual2;  // (L, B, T, C)
     float* ln2;        // (L, B, T, C)
     float* ln2_mean;   // (L, B, T)
     float* ln2_rstd;   // (L, B, T)
     float* fch;        // (L, B, T, 4C)
-    float* fch_gelu;   // (L, B, T, 4C)
+    float* fch_gelu;   // (L, B, T, 4C), or (B, T, 4C) scratch when the GELU is recomputed in the backward
     float* residual3;  // (L, B, T, C)
     float* lnf;        // (B, T, C)
     float* lnf_mean;   // (B, T)
     float* lnf_rstd;   // (B, T)
     float* logits;     // (min(B*T, CLASSIFIER_CHUNK_ROWS), Vp): one chunk of rows; dlogits in place
     float* losses;     // (B, T)
-    float* qkvr;       // scratch (3, B, NH, T, hs): q, k, v in head layout
-    float* heads;      // scratch (B, NH, T, hs): attention output or its gradient in head layout
     float* dresidual;  // backward (B, T, C): gradient of the residual stream
     float* dbtc;       // backward (B, T, C): dln, datty
     float* dbt4c;      // backward (B, T, 4C): dfch, dqkv
-    float* dqkvr;      // backward (3, B, NH, T, hs): dq, dk, dv in head layout
-    float* datt;       // backward (B, NH, T, T)
+    float* delta;      // backward (B, NH, T): attention backward scratch
 } ActivationTensors;
 
-static void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* config, int B, int T) {
+static void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* config, int B, int T,
+                             bool recompute_gelu) {
     size_t C = config->channels, L = config->num_layers, NH = config->num_heads, BT = (size_t)B * T;
-    size_t att = (size_t)B * NH * T * T;
+    size_t gelu_layers = recompute_gelu ? 1 : L;
     size_t list[NUM_ACTIVATION_TENSORS] = {BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
-                                           L * att, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
-                                           L * BT * 4 * C, L * BT * C, BT * C, BT, BT,
+                                           L * BT * NH, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
+                                           gelu_layers * BT * 4 * C, L * BT * C, BT * C, BT, BT,
                                            std::min(BT, CLASSIFIER_CHUNK_ROWS) * config->padded_vocab_size, BT,
-                                           3 * BT * C, BT * C,
-                                           BT * C, BT * C, BT * 4 * C, 3 * BT * C, att};
+                                           BT * C, BT * C, BT * 4 * C, BT * NH};
     memcpy(sizes, list, sizeof(list));
 }
 
 static void point_activations(ActivationTensors* acts, float* memory, const size_t sizes[NUM_ACTIVATION_TENSORS]) {
     float** ptrs[NUM_ACTIVATION_TENSORS] = {
-        &acts->encoded, &acts->ln1, &acts->ln1_mean, &acts->ln1_rstd, &acts->qkv, &acts->atty, &acts->att,
+        &acts->encoded, &acts->ln1, &acts->ln1_mean, &acts->ln1_rstd, &acts->qkv, &acts->atty, &acts->lse,
         &acts->residual2, &acts->ln2, &acts->ln2_mean, &acts->ln2_rstd, &acts->fch, &acts->fch_gelu,
         &acts->residual3, &acts->lnf, &acts->lnf_mean, &acts->lnf_rstd, &acts->logits, &acts->losses,
-        &acts->qkvr, &acts->heads, &acts->dresidual, &acts->dbtc, &acts->dbt4c, &acts->dqkvr, &acts->datt};
+        &acts->dresidual, &acts->dbtc, &acts->dbt4c, &acts->delta};
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
         *ptrs[i] = memory;
         memory += (sizes[i] + 63) / 64 * 64;  // each tensor 256-byte aligned
@@ -916,6 +1586,7 @@ typedef struct {
     float *params_memory, *grads_memory, *m_memory, *v_memory;  // m, v: AdamW moments
     int adam_step;
     // activations, sized for at most max_B x max_T
+    bool recompute_gelu;  // keep one layer's GELU output and recompute it in the backward
     int max_B, max_T;
     int B, T;  // shape of the last forward pass
     ActivationTensors acts;
@@ -929,9 +1600,10 @@ typedef struct {
     cudaEvent_t upload_done;
     TokenBuckets buckets;
     bool grads_pending;  // the last forward computed the classifier's gradients for gpt2_backward
-    // cross-block reductions: partial sums and arrival counters
-    float* reduce_partials;
-    unsigned int* reduce_counters;
+    // cross-block reductions: partial sums and arrival counters, for each stream
+    float *reduce_partials, *side_partials;
+    unsigned int *reduce_counters, *side_counters;
+    cudaEvent_t main_ready, side_done[4];  // hand-offs between the streams in the backward pass
     float* step_stats;  // device [3]: accumulated loss, gradient norm, clipping factor
 } GPT2;
 
@@ -943,9 +1615,10 @@ static void validate_config(const GPT2Config* c, const char* source) {
     if (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size % 4 != 0) {
         fail("%s: padded vocab %d must be >= vocab %d and a multiple of 4", source, c->padded_vocab_size, c->vocab_size);
     }
-    if (c->channels % c->num_heads != 0 || c->channels % 4 != 0 || c->channels > 2048) {
-        fail("%s: channels C=%d must be a multiple of 4 and of NH=%d, and at most 2048", source, c->channels,
-             c->num_heads);
+    int hs = c->channels / c->num_heads;
+    if (c->channels % c->num_heads != 0 || (hs != 32 && hs != 64 && hs != 128) || c->channels > 2048) {
+        fail("%s: C=%d and NH=%d: the head size C/NH must be 32, 64 or 128, and C at most 2048", source,
+             c->channels, c->num_heads);
     }
     if (c->attention != ATTENTION_SOFTMAX && c->attention != ATTENTION_RELU) {
         fail("%s: unknown attention kind %d (0 softmax, 1 relu)", source, (int)c->attention);
@@ -956,6 +1629,7 @@ static void validate_config(const GPT2Config* c, const char* source) {
 static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     *model = GPT2();
     model->config = *config;
+    model->recompute_gelu = true;
     parameter_sizes(model->param_sizes, config);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
     size_t bytes = model->num_parameters * sizeof(float);
@@ -1048,7 +1722,7 @@ static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint6
 static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     const GPT2Config* c = &model->config;
     size_t sizes[NUM_ACTIVATION_TENSORS];
-    activation_sizes(sizes, c, B, T);
+    activation_sizes(sizes, c, B, T, model->recompute_gelu);
     model->num_activations = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += (sizes[i] + 63) / 64 * 64; }
     char what[128];
@@ -1065,10 +1739,15 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->bucket_positions = (int*)device_malloc(BT * sizeof(int), "token buckets");
     size_t ln_partials = (size_t)layernorm_backward_grid() * 2 * c->channels;
     size_t bias_partials = (size_t)BIAS_BACKWARD_MAX_CHUNKS * 4 * c->channels;
-    size_t partials = std::max({ln_partials, bias_partials, (size_t)GRAD_NORM_BLOCKS});
+    size_t partials = std::max({ln_partials, bias_partials, (size_t)GRAD_NORM_MAX_BLOCKS});
     model->reduce_partials = (float*)device_malloc(partials * sizeof(float), "reductions");
     model->reduce_counters = (unsigned int*)device_malloc(MAX_REDUCTION_COUNTERS * sizeof(unsigned int), "reductions");
     cudaCheck(cudaMemset(model->reduce_counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
+    model->side_partials = (float*)device_malloc(bias_partials * sizeof(float), "reductions");
+    model->side_counters = (unsigned int*)device_malloc(MAX_REDUCTION_COUNTERS * sizeof(unsigned int), "reductions");
+    cudaCheck(cudaMemset(model->side_counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
+    cudaCheck(cudaEventCreateWithFlags(&model->main_ready, cudaEventDisableTiming));
+    for (cudaEvent_t& event : model->side_done) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
     model->step_stats = (float*)device_malloc(3 * sizeof(float), "step statistics");
     cudaCheck(cudaMemset(model->step_stats, 0, 3 * sizeof(float)));
     cudaCheck(cudaMallocHost(&model->staging, (5 * BT + 1) * sizeof(int)));
@@ -1146,11 +1825,11 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
         float* ln1 = a.ln1 + l * btc;
         float* qkv = a.qkv + l * 3 * btc;
         float* atty = a.atty + l * btc;
-        float* att = a.att + l * (size_t)B * NH * T * T;
+        float* lse = a.lse + l * BT * NH;
         float* residual2 = a.residual2 + l * btc;
         float* ln2 = a.ln2 + l * btc;
         float* fch = a.fch + l * 4 * btc;
-        float* fch_gelu = a.fch_gelu + l * 4 * btc;
+        float* fch_gelu = a.fch_gelu + (model->recompute_gelu ? 0 : l * 4 * btc);
         // a.dbtc holds each projection's output until the next layernorm adds it to the residual
         // stream: residual3 of the previous layer is written by this layer's first layernorm
         if (l == 0) {
@@ -1160,7 +1839,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
                               a.residual2 + (l - 1) * btc, a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
         }
         matmul_forward(qkv, ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
-        attention_forward(atty, att, a.qkvr, a.heads, qkv, B, T, C, NH, c->attention);
+        flash_attention_forward(atty, lse, qkv, B, T, NH, C / NH, c->attention, !g_use_tf32);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
         layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, residual, a.dbtc,
                           p.ln2w + l * C, p.ln2b + l * C, BT, C);
@@ -1193,31 +1872,64 @@ static void gpt2_backward(GPT2* model) {
     float* partials = model->reduce_partials;
     unsigned int* counters = model->reduce_counters;
 
+    // The weight gradients go to the side stream as soon as their inputs are ready (main_ready);
+    // the main stream waits for them (side_done) before it overwrites what they read.
+    cudaStream_t side = g_side_stream;
+    float* side_partials = model->side_partials;
+    unsigned int* side_counters = model->side_counters;
+    auto side_waits_for_main = [&]() {
+        cudaCheck(cudaEventRecord(model->main_ready, 0));
+        cudaCheck(cudaStreamWaitEvent(side, model->main_ready, 0));
+    };
+    auto mark_side_done = [&](int i) { cudaCheck(cudaEventRecord(model->side_done[i], side)); };
+    auto main_waits_for_side = [&](int i) { cudaCheck(cudaStreamWaitEvent(0, model->side_done[i], 0)); };
+
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(float)));
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, partials, counters, a.dbtc, a.residual3 + (L - 1) * btc, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C);
     for (int l = L - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
-        float* dfch = a.dbt4c;  // dfch_gelu, then dfch in place
+        float* dfch = a.dbt4c;  // dfch_gelu, then dfch in place (bias_backward applies the dGELU)
         float* dqkv = a.dbt4c;
+        float* fcprojw_grad = g.fcprojw + (size_t)l * 4 * C * C;
         // MLP: dresidual holds d residual3, which flows unchanged into d residual2
-        matmul_backward(dfch, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, partials, counters, a.dresidual,
-                        a.fch_gelu + l * 4 * btc, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
-        gelu_backward(dfch, a.fch + l * 4 * btc, 4 * btc);
-        matmul_backward(a.dbtc, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, partials, counters, dfch,
-                        a.ln2 + l * btc, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
+        float* fch_gelu = a.fch_gelu;
+        if (model->recompute_gelu) { gelu_forward(fch_gelu, a.fch + l * 4 * btc, 4 * btc); }
+        else { fch_gelu += l * 4 * btc; }
+        side_waits_for_main();
+        matmul_backward_weight(fcprojw_grad, g.fcprojb + l * C, side_partials, side_counters, a.dresidual, fch_gelu,
+                               BT, 4 * C, C, side);
+        mark_side_done(0);
+        if (l < L - 1) { main_waits_for_side(3); }  // the last layer's qkv gradients have read dbt4c
+        matmul_backward_input(dfch, a.dresidual, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
+        bias_backward(g.fcb + l * 4 * C, partials, counters, dfch, a.fch + l * 4 * btc, BT, 4 * C);  // and dGELU
+        side_waits_for_main();
+        matmul_backward_weight(g.fcw + (size_t)l * 4 * C * C, NULL, side_partials, side_counters, dfch, a.ln2 + l * btc,
+                               BT, C, 4 * C, side);
+        mark_side_done(1);
+        matmul_backward_input(a.dbtc, dfch, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
+        main_waits_for_side(0);  // before dresidual changes (also covers the recomputed GELU's next overwrite)
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, partials, counters, a.dbtc,
                            a.residual2 + l * btc, p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
         // attention: dresidual now holds d residual2, which flows unchanged into d residual
-        matmul_backward(a.dbtc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, partials, counters, a.dresidual,
-                        a.atty + l * btc, p.attprojw + (size_t)l * C * C, BT, C, C);
-        attention_backward(dqkv, a.dqkvr, a.datt, a.heads, a.qkvr, a.dbtc, a.qkv + l * 3 * btc,
-                           a.att + l * (size_t)B * NH * T * T, B, T, C, NH, c->attention);
-        matmul_backward(a.dbtc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, partials, counters, dqkv,
-                        a.ln1 + l * btc, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
+        side_waits_for_main();
+        matmul_backward_weight(g.attprojw + (size_t)l * C * C, g.attprojb + l * C, side_partials, side_counters,
+                               a.dresidual, a.atty + l * btc, BT, C, C, side);
+        mark_side_done(2);
+        matmul_backward_input(a.dbtc, a.dresidual, p.attprojw + (size_t)l * C * C, BT, C, C);
+        main_waits_for_side(1);  // dfch (in dbt4c) has been read
+        flash_attention_backward(dqkv, a.delta, a.dbtc, a.qkv + l * 3 * btc, a.atty + l * btc,
+                                 a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, !g_use_tf32);
+        side_waits_for_main();
+        matmul_backward_weight(g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, side_partials, side_counters, dqkv,
+                               a.ln1 + l * btc, BT, C, 3 * C, side);
+        mark_side_done(3);
+        matmul_backward_input(a.dbtc, dqkv, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
+        main_waits_for_side(2);  // before dresidual changes
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, counters, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
     }
+    main_waits_for_side(3);  // every weight gradient is in before the optimizer or the next forward
     TokenBuckets* tb = &model->buckets;
     wte_backward_kernel<<<tb->num_buckets, 256>>>((float4*)g.wte, (const float4*)a.dresidual, model->bucket_tokens,
                                                    model->bucket_starts, model->bucket_positions, C / 4);
@@ -1230,9 +1942,9 @@ static void gpt2_backward(GPT2* model) {
 // the norm stays on the device (gpt2_grad_norm reads it).
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float max_norm) {
-    grad_norm_kernel<<<GRAD_NORM_BLOCKS, 1024>>>(model->step_stats + 1, model->reduce_partials,
-                                                 model->reduce_counters, model->grads_memory, model->num_parameters,
-                                                 max_norm);
+    grad_norm_kernel<<<grad_norm_blocks(), 1024>>>(model->step_stats + 1, model->reduce_partials,
+                                                   model->reduce_counters, (const float4*)model->grads_memory,
+                                                   model->num_parameters / 4, max_norm);
     cudaCheck(cudaGetLastError());
     model->adam_step++;
     TensorTable table;
@@ -1241,8 +1953,10 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
     table.decay_mask = DECAYED_TENSORS;
     float bias_correction1 = 1.0f - powf(beta1, (float)model->adam_step);
     float bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)model->adam_step));
-    adamw_kernel<<<ceil_div(model->num_parameters, 256), 256>>>(model->params_memory, model->m_memory, model->v_memory,
-                                                                model->grads_memory, model->num_parameters, table,
+    adamw_kernel<<<ceil_div(model->num_parameters / 4, 256), 256>>>((float4*)model->params_memory,
+                                                                (float4*)model->m_memory, (float4*)model->v_memory,
+                                                                (const float4*)model->grads_memory,
+                                                                model->num_parameters / 4, table,
                                                                 model->step_stats + 2, lr, beta1, beta2,
                                                                 bias_correction1, bias_correction2_sqrt, eps,
                                                                 weight_decay);
@@ -1275,6 +1989,10 @@ static void gpt2_free(GPT2* model) {
                           model->bucket_positions};
     for (int* buffer : int_buffers) { cudaCheck(cudaFree(buffer)); }
     cudaCheck(cudaFree(model->reduce_counters));
+    cudaCheck(cudaFree(model->side_partials));
+    cudaCheck(cudaFree(model->side_counters));
+    cudaCheck(cudaEventDestroy(model->main_ready));
+    for (cudaEvent_t event : model->side_done) { cudaCheck(cudaEventDestroy(event)); }
     cudaCheck(cudaFreeHost(model->staging));
     cudaCheck(cudaEventDestroy(model->upload_done));
 }
@@ -1297,6 +2015,10 @@ static bool cuda_setup(bool use_tf32) {
     g_use_tf32 = use_tf32;
     cublasCheck(cublasLtCreate(&g_cublaslt));
     g_cublaslt_workspace = device_malloc(CUBLASLT_WORKSPACE_SIZE, "cuBLASLt workspace");
+    g_side_workspace = device_malloc(CUBLASLT_WORKSPACE_SIZE, "cuBLASLt workspace");
+    int lowest_priority, highest_priority;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
+    cudaCheck(cudaStreamCreateWithPriority(&g_side_stream, cudaStreamNonBlocking, lowest_priority));
     return true;
 }
 
@@ -1392,6 +2114,7 @@ typedef struct {
     int64_t total_batch_tokens;  // -d; 0: B*T, no accumulation
     int val_every, val_batches, sample_every, gen_tokens;
     int checkpoint_every, checkpoint_keep, resume, force;
+    int recompute_gelu;  // -r
     int stop_at;        // --stop-at: exit at this step after checkpointing (0: run to the end)
     float peak_tflops;  // 0: from the table of known GPUs
 } TrainArgs;
@@ -1419,6 +2142,7 @@ static void print_usage() {
         "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
         "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
         "  -a 0|1      overfit a single batch (default 0)\n"
+        "  -r 0|1      recompute the GELU in the backward instead of storing it: less memory (default 1)\n"
         "evaluation, output, checkpoints\n"
         "  -v N        validation loss every N steps, 0 = never (default 20)\n"
         "  -m N        validation batches, 0 = the whole split (default 20)\n"
@@ -1471,6 +2195,7 @@ static TrainArgs parse_args(int argc, char** argv) {
     args.val_batches = 20;
     args.sample_every = 20;
     args.gen_tokens = 64;
+    args.recompute_gelu = 1;
     static const char* const attention_kinds[] = {"softmax", "relu"};
     static const char* const schedules[] = {"cosine", "linear", "constant"};
     RunShape* r = &args.shape;
@@ -1508,6 +2233,7 @@ static TrainArgs parse_args(int argc, char** argv) {
         else if (strcmp(flag, "-gc") == 0) { r->grad_clip = parse_float_flag(flag, value); }
         else if (strcmp(flag, "-f") == 0) { r->use_tf32 = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-a") == 0) { r->overfit_single_batch = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-r") == 0) { args.recompute_gelu = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-v") == 0) { args.val_every = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-m") == 0) { args.val_batches = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-s") == 0) { args.sample_every = parse_int_flag(flag, value); }
@@ -1546,6 +2272,7 @@ static TrainArgs parse_args(int argc, char** argv) {
     require(args.checkpoint_every >= 0, "-n", "must not be negative");
     require(args.checkpoint_keep >= 0, "-nk", "must not be negative");
     require(args.resume == 0 || args.resume == 1, "-y", "must be 0 or 1");
+    require(args.recompute_gelu == 0 || args.recompute_gelu == 1, "-r", "must be 0 or 1");
     require(args.output_dir != NULL || (args.checkpoint_every == 0 && !args.resume), "-o", "-n and -y need an output directory");
     require(args.peak_tflops >= 0.0f, "--peak-tflops", "must not be negative");
     require(args.stop_at >= 0, "--stop-at", "must not be negative (0: off)");
@@ -1829,6 +2556,7 @@ int main(int argc, char** argv) {
         printf("resumed from %s at step %d\n", args.output_dir, start_step);
         fprintf(log, "# resumed at step %d\n", start_step);
     }
+    model.recompute_gelu = args.recompute_gelu == 1;
     gpt2_allocate_activations(&model, r->B, std::max(r->T, std::min(args.gen_tokens + 1, c->max_seq_len)));
     float peak_tflops = args.peak_tflops > 0 ? args.peak_tflops : tf32_peak_tflops(g_device_name);
     print_config(&model, &args, dataloader_batches_per_epoch(&train_loader), val_B, val_batches, peak_tflops);

@@ -62,12 +62,13 @@ if [ "$kernels" = 1 ] && command -v ncu > /dev/null; then
   B=$(echo $batches | awk '{print $NF}'); kind=$(echo $kinds | awk '{print $1}')
   echo
   echo "top kernels of the first step (B=$B, $kind; ncu, kernels serialised, caches not flushed):"
-  ncu --clock-control none --cache-control none --print-units base --metrics gpu__time_duration.sum --csv \
+  ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
     --launch-count 800 ./train_gpt2_fp32 -e d12 -A "$kind" -b "$B" -t 1024 -x 1 -v 0 -s 0 -i "$data" \
     > "$logs/ncu.csv" 2> /dev/null || true
-  awk -F'","' '$0 ~ /gpu__time_duration/ && $5 !~ /init_normal/ { name = $5; sub(/\(.*/, "", name); sub(/^void /, "", name)
-      t[name] += $NF; total += $NF }
-    END { for (k in t) printf "%8.3f ms %5.1f%%  %s\n", t[k] / 1e6, 100 * t[k] / total, k; printf "%8.3f ms total\n", total / 1e6 }' \
+  awk -F'","' 'BEGIN { ms["nsecond"] = 1e-6; ms["usecond"] = 1e-3; ms["msecond"] = 1; ms["second"] = 1e3 }
+    $0 ~ /gpu__time_duration/ && $5 !~ /init_normal/ { name = $5; sub(/\(.*/, "", name); sub(/^void /, "", name)
+      value = $NF; gsub(/[",]/, "", value); t[name] += value * ms[$(NF - 1)]; total += value * ms[$(NF - 1)] }
+    END { for (k in t) printf "%8.3f ms %5.1f%%  %s\n", t[k], 100 * t[k] / total, k; printf "%8.3f ms total\n", total }' \
     "$logs/ncu.csv" | sort -rn | head -n 16
 fi
 rm -rf "$logs"
