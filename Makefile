@@ -13,14 +13,7 @@ NVCC ?= nvcc
 CXX ?= g++
 PYTHON ?= python3
 
-# GPU architecture: the local GPU's compute capability if nvidia-smi finds one,
-# otherwise a fat binary for sm_80 and sm_90. Override with `make GPU_ARCH=90`.
-GPU_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '.')
-ifeq ($(strip $(GPU_ARCH)),)
-  GENCODE := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-else
-  GENCODE := -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
-endif
+include gpu_arch.mk
 
 CXXFLAGS := -O3 -std=c++17 -Wall -Wextra -I. -pthread
 NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra

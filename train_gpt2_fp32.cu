@@ -709,6 +709,16 @@ __device__ void load_tile(float* tile, const float* head, size_t row_stride, int
     }
 }
 
+// Starts copying key tile `tile`'s k and v rows into its half of the double buffer (k, then v, each
+// KEYS x HS); q_head points at the head's q columns, k and v follow C and 2C floats later.
+template <int KEYS, int HS>
+__device__ __forceinline__ void load_key_tiles(float* smem, const float* q_head, int C, int row_stride, int tile,
+                                               int T) {
+    float* half = smem + (tile & 1) * 2 * KEYS * HS;
+    load_tile<KEYS, HS>(half, q_head + C, row_stride, tile * KEYS, T);
+    load_tile<KEYS, HS>(half + KEYS * HS, q_head + 2 * C, row_stride, tile * KEYS, T);
+}
+
 // A fragments of rows [row0, row0 + 16) straight from global memory; rows >= T read as 0.
 template <int HS, bool SPLIT>
 __device__ void load_a_global(float a[HS / 8][4], const float* head, size_t row_stride, int row0, int T, int g,
@@ -912,8 +922,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
     int num_tiles = ceil_div(min(query0 + FLASH_ROWS, T), KEYS);
     float scale = rsqrtf((float)HS), exp_scale = exponent_scale<SPLIT>(scale);
 
-    load_tile<KEYS, HS>(smem, q_head + C, row_stride, 0, T);
-    load_tile<KEYS, HS>(smem + TILE, q_head + 2 * C, row_stride, 0, T);
+    load_key_tiles<KEYS, HS>(smem, q_head, C, row_stride, 0, T);
     cp_async_commit();
     float q_frag[HS / 8][4], o[HS / 16][2][4] = {};  // o: the output transposed (accumulate_transposed)
     load_a_global<HS, SPLIT>(q_frag, q_head, row_stride, warp_query0, T, g, q);
@@ -922,11 +931,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
     for (int tile = 0; tile < num_tiles; tile++) {
         cp_async_wait_all();
         block.sync();  // tile landed for all; everyone is done with the other stage
-        if (tile + 1 < num_tiles) {
-            float* next = smem + ((tile + 1) & 1) * 2 * TILE;
-            load_tile<KEYS, HS>(next, q_head + C, row_stride, (tile + 1) * KEYS, T);
-            load_tile<KEYS, HS>(next + TILE, q_head + 2 * C, row_stride, (tile + 1) * KEYS, T);
-        }
+        if (tile + 1 < num_tiles) { load_key_tiles<KEYS, HS>(smem, q_head, C, row_stride, tile + 1, T); }
         cp_async_commit();
         int key0 = tile * KEYS;
         if (key0 > warp_query0 + 15) { continue; }  // every key after every query of this warp
@@ -1035,8 +1040,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
     int num_tiles = ceil_div(min(query0 + FLASH_ROWS, T), KEYS);
     float scale = rsqrtf((float)HS), exp_scale = exponent_scale<SPLIT>(scale);
 
-    load_tile<KEYS, HS>(smem, q_head + C, row_stride, 0, T);
-    load_tile<KEYS, HS>(smem + TILE, q_head + 2 * C, row_stride, 0, T);
+    load_key_tiles<KEYS, HS>(smem, q_head, C, row_stride, 0, T);
     if constexpr (!HOLD) {
         load_tile<FLASH_ROWS, HS>(q_tile, q_head, row_stride, query0, T);
         load_tile<FLASH_ROWS, HS>(do_tile, do_head, C, query0, T);
@@ -1062,11 +1066,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
     for (int tile = 0; tile < num_tiles; tile++) {
         cp_async_wait_all();
         block.sync();
-        if (tile + 1 < num_tiles) {
-            float* next = smem + ((tile + 1) & 1) * 2 * TILE;
-            load_tile<KEYS, HS>(next, q_head + C, row_stride, (tile + 1) * KEYS, T);
-            load_tile<KEYS, HS>(next + TILE, q_head + 2 * C, row_stride, (tile + 1) * KEYS, T);
-        }
+        if (tile + 1 < num_tiles) { load_key_tiles<KEYS, HS>(smem, q_head, C, row_stride, tile + 1, T); }
         cp_async_commit();
         int key0 = tile * KEYS;
         if (key0 > warp_query0 + 15) { continue; }

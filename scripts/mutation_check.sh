@@ -9,13 +9,13 @@ fixtures=dev/test/fixtures
 
 # name | fixtures it must fail on | sed expression applied to train_gpt2_fp32.cu
 mutations=(
-  "relu forward without 1/(t+1)|relu|s#fmaxf(x\[s\], 0.0f) \* inv_visible#fmaxf(x[s], 0.0f)#"
-  "relu backward without 1/(t+1)|relu|s#d\[s\] \* inv_visible#d[s]#"
+  "relu forward without 1/(t+1)|relu|s#row_scale\[i\] = 1.0f / (warp_query0 + transposed_row(i, q) + 1);#row_scale[i] = 1.0f;#"
+  "relu backward without 1/(t+1)|relu|s#dp = s > 0.0f ? dp \* stat_a : 0.0f;#dp = s > 0.0f ? dp : 0.0f;#"
   "attprojb gradient not computed|softmax relu|s#g.attprojb + l \* C,#NULL,#"
   "bias gradient sums one row chunk|softmax|s#for (unsigned int y = 0; y < gridDim.y; y++)#for (unsigned int y = 0; y < 1; y++)#"
   "GELU derivative without the 3 in 3*0.044715*x^2|softmax|s#(1.0f + 3.0f \* 0.044715f \* x \* x)#(1.0f + 0.044715f * x * x)#"
   "GELU derivative without its sech^2 term|softmax|s#0.5f \* (1.0f + th) + 0.5f \* x \* sech2#0.5f * (1.0f + th) + 0.0f * x * sech2#"
-  "softmax backward without the dot term|softmax|s#a\[s\] \* (d\[s\] - dot)#a[s] * d[s]#"
+  "softmax backward without delta|softmax|s#dp = p \* (dp - stat_b);#dp = p * dp;#"
   "weight decay on every tensor|softmax|s#(table.decay_mask >> tensor) \& 1u ? weight_decay : 0.0f#weight_decay#"
   "layernorm backward without mean_g_xhat|softmax|s#- xhat \* mean_g_xhat#- xhat * 0.0f#"
 )
