@@ -2,7 +2,7 @@
 """PyTorch reference for gpt2fp32: the same GPT-2 (softmax or ReLU attention), in FP32.
 
 Reference mode builds (or loads) a model, writes it as a model file, runs a few AdamW
-steps on one batch and writes a debug state file (logits, loss, gradients, step losses)
+steps on one batch and writes a debug state file (logits, loss, gradients, step losses and norms)
 that the CUDA trainer's tests compare against. It always computes attention explicitly,
 with TF32 off, so the numbers are true FP32.
 
