@@ -67,6 +67,20 @@ static PrepareOptions parse_options(int argc, char** argv, bool allow_inputs) {
 int main(int argc, char** argv) {
     if (argc < 2) { usage_error("no mode given", ""); }
     std::string mode = argv[1];
+    if (mode == "-h" || mode == "--help") {
+        printf("%s\n"
+               "  encode FILE       print the token ids of FILE's bytes on one line\n"
+               "  decode            read ids from standard input, write their bytes\n"
+               "  tinyshakespeare   write " TINYSHAKESPEARE_DIR "/tiny_shakespeare_{val,train}.bin\n"
+               "  shards            .txt files (a document each) and .jsonl files (a document per line, its\n"
+               "                    \"text\") from the INPUT files and directories (recursively, sorted), each\n"
+               "                    document after <|endoftext|>, into OUT_PREFIX_val_000000.bin (the first\n"
+               "                    shard) and OUT_PREFIX_train_NNNNNN.bin of --shard-size tokens (default 1e8)\n"
+               "  --threads N       encoding threads (output identical for any N)\n"
+               "  --force           overwrite existing outputs\n",
+               USAGE);
+        return 0;
+    }
     bool known = mode == "encode" || mode == "decode" || mode == "tinyshakespeare" || mode == "shards";
     if (!known) { usage_error("unknown mode: ", argv[1]); }
     if (mode == "encode" && argc != 3) { usage_error("encode takes one FILE", ""); }
