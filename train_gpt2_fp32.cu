@@ -712,7 +712,7 @@ __device__ void load_tile(float* tile, const float* head, size_t row_stride, int
 // Starts copying key tile `tile`'s k and v rows into its half of the double buffer (k, then v, each
 // KEYS x HS); q_head points at the head's q columns, k and v follow C and 2C floats later.
 template <int KEYS, int HS>
-__device__ __forceinline__ void load_key_tiles(float* smem, const float* q_head, int C, int row_stride, int tile,
+__device__ __forceinline__ void load_key_tiles(float* smem, const float* q_head, int C, size_t row_stride, int tile,
                                                int T) {
     float* half = smem + (tile & 1) * 2 * KEYS * HS;
     load_tile<KEYS, HS>(half, q_head + C, row_stride, tile * KEYS, T);
