@@ -247,93 +247,126 @@ static void layernorm_forward(float* out, float* mean, float* rstd, float* resid
     cudaCheck(cudaGetLastError());
 }
 
-// LayerNorm backward, one warp per row: dinp += dx. The dweight and dbias sums of a block are
-// kept in registers per warp (CHUNKS float4 per lane, CHUNKS*128 >= C), summed over the warps in
-// order into shared memory, written to partials[block][2C], and summed in block order by the
-// last block to finish. Deterministic for a fixed grid.
-// Threads per block: 512, or 256 for large C, whose register-held sums would not fit 512 threads
-// in one multiprocessor's registers.
-__host__ __device__ constexpr int layernorm_backward_block(int chunks) { return chunks <= 8 ? 512 : 256; }
+// LayerNorm backward: dinp += dx, dweight += sum over rows of dout * xhat, dbias += sum of dout.
+// A thread per float4 channel (the block spans a row; C <= 2048), the grid as many blocks as fit
+// on the chip at once. A block takes LAYERNORM_BACKWARD_ROWS rows at a time, their dout, inp and
+// dinp loaded before the first use; each row's two sums over C go through shared memory. Every
+// block writes its dweight and dbias shares to partials[block][2C]; after a grid-wide barrier
+// (cooperative launch) the blocks add the partials in block order, a group of columns each.
+// Deterministic for a fixed grid.
+static const int LAYERNORM_BACKWARD_ROWS = 4;
+static const int LAYERNORM_BACKWARD_MAX_BLOCKS_PER_SM = 8;
+static const int FINAL_SUM_COLUMNS = 8;  // float4 columns per group of the final sum
 
-template <int CHUNKS>
-__global__ void __launch_bounds__(layernorm_backward_block(CHUNKS)) layernorm_backward_kernel(float* dinp, float* dweight, float* dbias, float* partials,
-                                          unsigned int* counter, const float* dout, const float* inp,
-                                          const float* weight, const float* mean, const float* rstd, int N, int C) {
-    extern __shared__ float4 block_sums[];  // [2 * C/4]: dweight sums, then dbias sums
+__host__ __device__ inline int final_sum_groups(int C) { return ceil_div(2 * C / 4, FINAL_SUM_COLUMNS); }
+
+// dweight, dbias += the sum over num_partials rows of partials (each 2 C4 float4: the dweight
+// shares, then the dbias shares) of the FINAL_SUM_COLUMNS float4 columns of this group. Stripe s
+// of the block adds rows s, s + stripes, ... in order, then the stripes' sums are added in stripe
+// order: a fixed order with many loads in flight.
+__device__ void final_sum_column_group(float* dweight, float* dbias, const float4* partials, int num_partials, int C4,
+                                       int group) {
+    const int max_stripes = 32;
+    __shared__ float4 stripe_sums[max_stripes][FINAL_SUM_COLUMNS];
+    int stripes = min(max_stripes, (int)blockDim.x / FINAL_SUM_COLUMNS);
+    int lane = threadIdx.x % FINAL_SUM_COLUMNS, stripe = threadIdx.x / FINAL_SUM_COLUMNS;
+    int column = FINAL_SUM_COLUMNS * group + lane;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (stripe < stripes && column < 2 * C4) {
+        for (int p = stripe; p < num_partials; p += stripes) { sum = sum + __ldcg(&partials[(size_t)p * 2 * C4 + column]); }
+    }
+    if (stripe < stripes) { stripe_sums[stripe][lane] = sum; }
+    __syncthreads();
+    if (stripe == 0 && column < 2 * C4) {
+        float4 total = stripe_sums[0][lane];
+        for (int s = 1; s < stripes; s++) { total = total + stripe_sums[s][lane]; }
+        float4* target = column < C4 ? (float4*)dweight + column : (float4*)dbias + (column - C4);
+        *target = *target + total;
+    }
+    __syncthreads();  // stripe_sums is reused by the next group
+}
+
+__global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* dbias, float* partials,
+                                          const float* dout, const float* inp, const float* weight, const float* mean,
+                                          const float* rstd, int N, int C) {
+    const int ROWS = LAYERNORM_BACKWARD_ROWS;
+    __shared__ float2 warp_sums[2][ROWS][32];  // [step parity][row][warp]: sum of g, of g * xhat
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    int C4 = C / 4, lane = warp.thread_rank();
-    const float4* weight4 = (const float4*)weight;
-    float4 dw[CHUNKS], db[CHUNKS];
-    for (int k = 0; k < CHUNKS; k++) { dw[k] = db[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
-
-    for (int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank(); row < N;
-         row += gridDim.x * warp.meta_group_size()) {
-        const float4* dout_row = (const float4*)(dout + (size_t)row * C);
-        const float4* inp_row = (const float4*)(inp + (size_t)row * C);
-        float4 m = make_float4(mean[row], mean[row], mean[row], mean[row]);
-        float r = rstd[row];
-        float sum_g = 0.0f, sum_g_xhat = 0.0f;  // g = dout * weight, the gradient wrt xhat
-        for (int k = 0; k < CHUNKS; k++) {
-            int c4 = lane + 32 * k;
-            if (c4 < C4) {
-                float4 d = dout_row[c4], xhat = (inp_row[c4] - m) * r, g = d * weight4[c4];
-                sum_g += sum4(g);
-                sum_g_xhat += sum4(g * xhat);
-                dw[k] = dw[k] + d * xhat;
-                db[k] = db[k] + d;
-            }
+    int C4 = C / 4, c4 = threadIdx.x;
+    bool active = c4 < C4;
+    float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 w = active ? ((const float4*)weight)[c4] : zero, dw = zero, db = zero;
+    int parity = 0;
+    for (int first = blockIdx.x * ROWS; first < N; first += gridDim.x * ROWS, parity ^= 1) {
+        float4 d[ROWS], xhat[ROWS], old[ROWS];
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) {
+            int row = first + j;
+            bool valid = active && row < N;
+            size_t i = (size_t)row * C4 + c4;
+            d[j] = valid ? ((const float4*)dout)[i] : zero;
+            old[j] = valid ? ((const float4*)dinp)[i] : zero;
+            float4 x = valid ? ((const float4*)inp)[i] : zero;
+            xhat[j] = valid ? (x - make_float4(mean[row], mean[row], mean[row], mean[row])) * rstd[row] : zero;
         }
-        float mean_g = cg::reduce(warp, sum_g, cg::plus<float>()) / C;
-        float mean_g_xhat = cg::reduce(warp, sum_g_xhat, cg::plus<float>()) / C;
-        float4* dinp_row = (float4*)(dinp + (size_t)row * C);
-        for (int k = 0; k < CHUNKS; k++) {
-            int c4 = lane + 32 * k;
-            if (c4 < C4) {
-                float4 xhat = (inp_row[c4] - m) * r, g = dout_row[c4] * weight4[c4];
-                float4 dx = (g - make_float4(mean_g, mean_g, mean_g, mean_g) - xhat * mean_g_xhat) * r;
-                dinp_row[c4] = dinp_row[c4] + dx;
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) {
+            float4 g = d[j] * w;  // the gradient wrt xhat
+            float2 sums = make_float2(cg::reduce(warp, sum4(g), cg::plus<float>()),
+                                      cg::reduce(warp, sum4(g * xhat[j]), cg::plus<float>()));
+            if (warp.thread_rank() == 0) { warp_sums[parity][j][warp.meta_group_rank()] = sums; }
+        }
+        block.sync();  // one barrier per step: the other parity's buffer is free, all passed the last one
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) {
+            int row = first + j;
+            if (!active || row >= N) { continue; }
+            float sum_g = 0.0f, sum_g_xhat = 0.0f;
+            for (int k = 0; k < warp.meta_group_size(); k++) {
+                sum_g += warp_sums[parity][j][k].x;
+                sum_g_xhat += warp_sums[parity][j][k].y;
             }
+            float mean_g = sum_g / C, mean_g_xhat = sum_g_xhat / C;
+            float4 dx = (d[j] * w - make_float4(mean_g, mean_g, mean_g, mean_g) - xhat[j] * mean_g_xhat) * rstd[row];
+            ((float4*)dinp)[(size_t)row * C4 + c4] = old[j] + dx;
+            dw = dw + d[j] * xhat[j];
+            db = db + d[j];
         }
     }
-
-    for (int w = 0; w < warp.meta_group_size(); w++) {
-        if (warp.meta_group_rank() == w) {
-            for (int k = 0; k < CHUNKS; k++) {
-                int c4 = lane + 32 * k;
-                if (c4 < C4) {
-                    block_sums[c4] = w == 0 ? dw[k] : block_sums[c4] + dw[k];
-                    block_sums[C4 + c4] = w == 0 ? db[k] : block_sums[C4 + c4] + db[k];
-                }
-            }
-        }
-        block.sync();
+    if (active) {
+        ((float4*)partials)[(size_t)blockIdx.x * 2 * C4 + c4] = dw;
+        ((float4*)partials)[(size_t)blockIdx.x * 2 * C4 + C4 + c4] = db;
     }
-    float4* partials4 = (float4*)partials;
-    for (int i = threadIdx.x; i < 2 * C4; i += blockDim.x) { partials4[(size_t)blockIdx.x * 2 * C4 + i] = block_sums[i]; }
-    if (!arrive_last_in_group(counter, gridDim.x)) { return; }
-    for (int i = threadIdx.x; i < 2 * C4; i += blockDim.x) {
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (unsigned int b = 0; b < gridDim.x; b++) { sum = sum + __ldcg(&partials4[(size_t)b * 2 * C4 + i]); }
-        float4* target = i < C4 ? (float4*)dweight + i : (float4*)dbias + (i - C4);
-        *target = *target + sum;
+    cg::this_grid().sync();
+    for (int group = blockIdx.x; group < final_sum_groups(C); group += gridDim.x) {
+        final_sum_column_group(dweight, dbias, (const float4*)partials, gridDim.x, C4, group);
     }
 }
 
-static int layernorm_backward_grid() { return g_num_sms; }
+static int layernorm_backward_block(int C) { return ceil_div(C / 4, 32) * 32; }
 
-static void layernorm_backward(float* dinp, float* dweight, float* dbias, float* partials, unsigned int* counter,
-                               const float* dout, const float* inp, const float* weight, const float* mean,
-                               const float* rstd, int N, int C) {
-    int grid = layernorm_backward_grid();
-    size_t shared = 2 * C * sizeof(float);
-#define LAUNCH_LAYERNORM_BACKWARD(K)                                                                         \
-    layernorm_backward_kernel<K><<<grid, layernorm_backward_block(K), shared>>>(dinp, dweight, dbias, partials, \
-                                                                                counter, dout, inp, weight,     \
-                                                                                mean, rstd, N, C)
-    DISPATCH_CHUNKS(C, LAUNCH_LAYERNORM_BACKWARD);
-#undef LAUNCH_LAYERNORM_BACKWARD
-    cudaCheck(cudaGetLastError());
+// As many blocks as fit at once (a grid-wide barrier needs them all resident), at most 8 per SM.
+static int layernorm_backward_grid(int C) {
+    static int cached_C = 0, cached_grid = 0;
+    if (C != cached_C) {
+        int per_sm = 0;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel,
+                                                                layernorm_backward_block(C), 0));
+        if (per_sm == 0) { fail("layernorm_backward: no block of %d threads fits on an SM", layernorm_backward_block(C)); }
+        cached_C = C;
+        cached_grid = g_num_sms * std::min(per_sm, LAYERNORM_BACKWARD_MAX_BLOCKS_PER_SM);
+    }
+    return cached_grid;
+}
+
+// partials: layernorm_backward_grid(C) * 2C floats of scratch.
+static void layernorm_backward(float* dinp, float* dweight, float* dbias, float* partials, const float* dout,
+                               const float* inp, const float* weight, const float* mean, const float* rstd, int N,
+                               int C) {
+    void* args[] = {&dinp, &dweight, &dbias, &partials, &dout, &inp, &weight, &mean, &rstd, &N, &C};
+    cudaCheck(cudaLaunchCooperativeKernel((void*)layernorm_backward_kernel, layernorm_backward_grid(C),
+                                          layernorm_backward_block(C), args, 0, 0));
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1737,7 +1770,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->bucket_tokens = (int*)device_malloc(BT * sizeof(int), "token buckets");
     model->bucket_starts = (int*)device_malloc((BT + 1) * sizeof(int), "token buckets");
     model->bucket_positions = (int*)device_malloc(BT * sizeof(int), "token buckets");
-    size_t ln_partials = (size_t)layernorm_backward_grid() * 2 * c->channels;
+    size_t ln_partials = (size_t)layernorm_backward_grid(c->channels) * 2 * c->channels;
     size_t bias_partials = (size_t)BIAS_BACKWARD_MAX_CHUNKS * 4 * c->channels;
     size_t partials = std::max({ln_partials, bias_partials, (size_t)GRAD_NORM_MAX_BLOCKS});
     model->reduce_partials = (float*)device_malloc(partials * sizeof(float), "reductions");
@@ -1885,7 +1918,7 @@ static void gpt2_backward(GPT2* model) {
     auto main_waits_for_side = [&](int i) { cudaCheck(cudaStreamWaitEvent(0, model->side_done[i], 0)); };
 
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(float)));
-    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, partials, counters, a.dbtc, a.residual3 + (L - 1) * btc, p.lnfw,
+    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, partials, a.dbtc, a.residual3 + (L - 1) * btc, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C);
     for (int l = L - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
@@ -1909,7 +1942,7 @@ static void gpt2_backward(GPT2* model) {
         mark_side_done(1);
         matmul_backward_input(a.dbtc, dfch, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
         main_waits_for_side(0);  // before dresidual changes (also covers the recomputed GELU's next overwrite)
-        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, partials, counters, a.dbtc,
+        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, partials, a.dbtc,
                            a.residual2 + l * btc, p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
         // attention: dresidual now holds d residual2, which flows unchanged into d residual
         side_waits_for_main();
@@ -1926,7 +1959,7 @@ static void gpt2_backward(GPT2* model) {
         mark_side_done(3);
         matmul_backward_input(a.dbtc, dqkv, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
         main_waits_for_side(2);  // before dresidual changes
-        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, counters, a.dbtc, residual,
+        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
     }
     main_waits_for_side(3);  // every weight gradient is in before the optimizer or the next forward

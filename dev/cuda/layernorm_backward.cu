@@ -9,13 +9,14 @@ blocks' shares are combined decides the speed and whether the result is bit-iden
   variant 1  naive: a thread per row (dinp), then a thread per channel summing all rows in order
   variant 2  warp per row, per-block sums, float atomicAdd into dweight/dbias (not deterministic)
   variant 3  warp per row, per-block partial sums, a second kernel adds them in block order
-  variant 4  the trainer's layernorm_backward: one launch, the last block to finish adds the
-             partials (arrive_last_in_group)
+  variant 4  one launch, warp per row, the last block to finish adds the partials
+             (arrive_last_in_group): the trainer's until variant 6 replaced it
   variant 5  as 3 in one cooperative launch: after a grid-wide barrier every block adds a slice of
              the partials (the final sum spread over the chip instead of one block)
-  variant 6  a thread per float4 channel and a block per group of rows: the accumulators are one
-             float4 each whatever C; 4 rows in flight per thread; each row's sums over the block
-             through shared memory; cooperative launch, the final sum spread as in 5
+  variant 6  the trainer's layernorm_backward: a thread per float4 channel and a block per group
+             of rows: the accumulators are one float4 each whatever C; 4 rows in flight per
+             thread; each row's sums over the block through shared memory; cooperative launch,
+             the final sum spread as in 5
   variant 7  as 5 with each warp's dweight and dbias shares in its slice of shared memory instead
              of registers: fewer registers, more warps per SM (the main phase is latency-bound)
 
@@ -33,9 +34,9 @@ static const char* const VARIANT_NAMES[] = {
     "1 naive: thread per row, thread per channel",
     "2 warp per row, float atomicAdd of block sums",
     "3 warp per row, block partials + finalize kernel",
-    "4 trainer: layernorm_backward, last block sums",
+    "4 warp per row, last block sums (trainer before 6)",
     "5 warp per row, cooperative grid sync, spread sum",
-    "6 thread per channel, rows in flight, grid sync",
+    "6 trainer: thread per channel, rows in flight, grid sync",
     "7 as 5, the warps' shares in shared memory",
 };
 
@@ -44,9 +45,6 @@ static const char* const VARIANT_NAMES[] = {
 static const double TOLERANCE = 1e-5;
 
 static const int WARP_ROW_BLOCK = 256;  // threads of variants 2, 3, 5 and 7
-static const int MAX_BLOCKS_PER_SM = 8;
-static const int ROWS_PER_STEP = 4;     // variant 6: rows in flight per block
-static const int FINAL_COLUMNS = 8;     // float4 columns per group of the final sum
 
 // ----------------------------------------------------------------------------------------------
 // Variant 1: naive
@@ -161,34 +159,6 @@ __device__ void warp_rows_block_sums(float4* block_sums, float* dinp, const floa
     }
 }
 
-// dweight, dbias += the sum over num_partials rows of partial sums (each 2 C4 float4: dweight's
-// shares, then dbias's) of the FINAL_COLUMNS float4 columns of this group. The block's first
-// (up to) 256 threads form stripes; stripe s adds rows s, s + stripes, ... in order, then the
-// stripes' sums are added in stripe order: a fixed order, many loads in flight.
-__device__ void finalize_column_group(float* dweight, float* dbias, const float4* partials, int num_partials, int C4,
-                                      int group) {
-    const int max_stripes = 32;
-    __shared__ float4 stripe_sums[max_stripes][FINAL_COLUMNS];
-    int stripes = min(max_stripes, (int)blockDim.x / FINAL_COLUMNS);
-    int lane = threadIdx.x % FINAL_COLUMNS, stripe = threadIdx.x / FINAL_COLUMNS;
-    int column = FINAL_COLUMNS * group + lane;
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (stripe < stripes && column < 2 * C4) {
-        for (int p = stripe; p < num_partials; p += stripes) { sum = sum + __ldcg(&partials[(size_t)p * 2 * C4 + column]); }
-    }
-    if (stripe < stripes) { stripe_sums[stripe][lane] = sum; }
-    __syncthreads();
-    if (stripe == 0 && column < 2 * C4) {
-        float4 total = stripe_sums[0][lane];
-        for (int s = 1; s < stripes; s++) { total = total + stripe_sums[s][lane]; }
-        float4* target = column < C4 ? (float4*)dweight + column : (float4*)dbias + (column - C4);
-        *target = *target + total;
-    }
-    __syncthreads();  // stripe_sums is reused by the next group
-}
-
-__host__ __device__ inline int column_groups(int C) { return ceil_div(2 * C / 4, FINAL_COLUMNS); }
-
 template <int CHUNKS>
 __global__ void atomic_kernel(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, const float* mean, const float* rstd, int N, int C) {
@@ -213,7 +183,25 @@ __global__ void partials_kernel(float* dinp, float* partials, const float* dout,
 }
 
 __global__ void finalize_kernel(float* dweight, float* dbias, const float* partials, int num_partials, int C) {
-    finalize_column_group(dweight, dbias, (const float4*)partials, num_partials, C / 4, blockIdx.x);
+    final_sum_column_group(dweight, dbias, (const float4*)partials, num_partials, C / 4, blockIdx.x);
+}
+
+// Variant 4: the partials summed in block order by the last block to finish.
+template <int CHUNKS>
+__global__ void last_block_kernel(float* dinp, float* dweight, float* dbias, float* partials, unsigned int* counter,
+                                  const float* dout, const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C) {
+    extern __shared__ float4 block_sums[];
+    warp_rows_block_sums<CHUNKS>(block_sums, dinp, dout, inp, weight, mean, rstd, N, C);
+    float4* partials4 = (float4*)partials;
+    for (int i = threadIdx.x; i < C / 2; i += blockDim.x) { partials4[(size_t)blockIdx.x * (C / 2) + i] = block_sums[i]; }
+    if (!arrive_last_in_group(counter, gridDim.x)) { return; }
+    for (int i = threadIdx.x; i < C / 2; i += blockDim.x) {
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (unsigned int b = 0; b < gridDim.x; b++) { sum = sum + __ldcg(&partials4[(size_t)b * (C / 2) + i]); }
+        float4* target = i < C / 4 ? (float4*)dweight + i : (float4*)dbias + (i - C / 4);
+        *target = *target + sum;
+    }
 }
 
 template <int CHUNKS>
@@ -224,8 +212,8 @@ __global__ void cooperative_kernel(float* dinp, float* dweight, float* dbias, fl
     warp_rows_block_sums<CHUNKS>(block_sums, dinp, dout, inp, weight, mean, rstd, N, C);
     for (int i = threadIdx.x; i < C / 2; i += blockDim.x) { ((float4*)partials)[(size_t)blockIdx.x * (C / 2) + i] = block_sums[i]; }
     cg::this_grid().sync();  // every block's partials are written and visible
-    for (int group = blockIdx.x; group < column_groups(C); group += gridDim.x) {
-        finalize_column_group(dweight, dbias, (const float4*)partials, gridDim.x, C / 4, group);
+    for (int group = blockIdx.x; group < final_sum_groups(C); group += gridDim.x) {
+        final_sum_column_group(dweight, dbias, (const float4*)partials, gridDim.x, C / 4, group);
     }
 }
 
@@ -252,8 +240,8 @@ __global__ void __launch_bounds__(WARP_ROW_BLOCK, CHUNKS <= 6 ? 4 : CHUNKS <= 8 
         ((float4*)partials)[(size_t)blockIdx.x * 2 * C4 + i] = sum;
     }
     cg::this_grid().sync();
-    for (int group = blockIdx.x; group < column_groups(C); group += gridDim.x) {
-        finalize_column_group(dweight, dbias, (const float4*)partials, gridDim.x, C4, group);
+    for (int group = blockIdx.x; group < final_sum_groups(C); group += gridDim.x) {
+        final_sum_column_group(dweight, dbias, (const float4*)partials, gridDim.x, C4, group);
     }
 }
 
@@ -263,7 +251,7 @@ template <typename Kernel>
 static int resident_grid(Kernel kernel, int block_size, size_t shared) {
     int per_sm = 0;
     cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_size, shared));
-    return g_num_sms * std::min(per_sm, MAX_BLOCKS_PER_SM);
+    return g_num_sms * std::min(per_sm, LAYERNORM_BACKWARD_MAX_BLOCKS_PER_SM);
 }
 
 typedef struct {
@@ -294,7 +282,11 @@ static void launch_warp_row_variant(int variant, const Buffers& d) {
         partials_kernel<CHUNKS><<<grid, WARP_ROW_BLOCK, shared>>>(d.dinp, d.partials, d.dout, d.inp, d.weight, d.mean,
                                                                   d.rstd, d.N, d.C);
         cudaCheck(cudaGetLastError());
-        finalize_kernel<<<column_groups(d.C), 256>>>(d.dweight, d.dbias, d.partials, grid, d.C);
+        finalize_kernel<<<final_sum_groups(d.C), 256>>>(d.dweight, d.dbias, d.partials, grid, d.C);
+    } else if (variant == 4) {
+        int grid = resident_grid(last_block_kernel<CHUNKS>, WARP_ROW_BLOCK, shared);
+        last_block_kernel<CHUNKS><<<grid, WARP_ROW_BLOCK, shared>>>(d.dinp, d.dweight, d.dbias, d.partials, d.counter,
+                                                                    d.dout, d.inp, d.weight, d.mean, d.rstd, d.N, d.C);
     } else if (variant == 5) {
         launch_cooperative(cooperative_kernel<CHUNKS>, WARP_ROW_BLOCK, shared, d);
     } else {
@@ -307,81 +299,6 @@ static void launch_warp_row_variant(int variant, const Buffers& d) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Variant 6: a thread per float4 channel; the block takes ROWS_PER_STEP rows at a time, their
-// dout, inp and dinp loaded before the first use, and sums each row's two reductions over its
-// warps through shared memory (one barrier per step).
-
-__global__ void channel_per_thread_kernel(float* dinp, float* dweight, float* dbias, float* partials,
-                                          const float* dout, const float* inp, const float* weight, const float* mean,
-                                          const float* rstd, int N, int C) {
-    __shared__ float2 warp_sums[2][ROWS_PER_STEP][32];  // [step parity][row][warp]: sum g, sum g * xhat
-    cg::thread_block block = cg::this_thread_block();
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    int C4 = C / 4, c4 = threadIdx.x;
-    bool active = c4 < C4;
-    float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 w = active ? ((const float4*)weight)[c4] : zero, dw = zero, db = zero;
-    int parity = 0;
-    for (int first = blockIdx.x * ROWS_PER_STEP; first < N; first += gridDim.x * ROWS_PER_STEP, parity ^= 1) {
-        float4 d[ROWS_PER_STEP], xhat[ROWS_PER_STEP], old[ROWS_PER_STEP];
-#pragma unroll
-        for (int j = 0; j < ROWS_PER_STEP; j++) {
-            int row = first + j;
-            bool valid = active && row < N;
-            size_t i = (size_t)row * C4 + c4;
-            d[j] = valid ? ((const float4*)dout)[i] : zero;
-            old[j] = valid ? ((const float4*)dinp)[i] : zero;
-            float4 x = valid ? ((const float4*)inp)[i] : zero;
-            xhat[j] = valid ? (x - make_float4(mean[row], mean[row], mean[row], mean[row])) * rstd[row] : zero;
-        }
-#pragma unroll
-        for (int j = 0; j < ROWS_PER_STEP; j++) {
-            float4 g = d[j] * w;
-            float2 sums = make_float2(cg::reduce(warp, sum4(g), cg::plus<float>()),
-                                      cg::reduce(warp, sum4(g * xhat[j]), cg::plus<float>()));
-            if (warp.thread_rank() == 0) { warp_sums[parity][j][warp.meta_group_rank()] = sums; }
-        }
-        block.sync();  // the other parity's buffer is free: everyone passed the last barrier
-#pragma unroll
-        for (int j = 0; j < ROWS_PER_STEP; j++) {
-            int row = first + j;
-            if (!active || row >= N) { continue; }
-            float sum_g = 0.0f, sum_g_xhat = 0.0f;
-            for (int k = 0; k < warp.meta_group_size(); k++) {
-                sum_g += warp_sums[parity][j][k].x;
-                sum_g_xhat += warp_sums[parity][j][k].y;
-            }
-            float mean_g = sum_g / C, mean_g_xhat = sum_g_xhat / C;
-            float4 dx = (d[j] * w - make_float4(mean_g, mean_g, mean_g, mean_g) - xhat[j] * mean_g_xhat) * rstd[row];
-            ((float4*)dinp)[(size_t)row * C4 + c4] = old[j] + dx;
-            dw = dw + d[j] * xhat[j];
-            db = db + d[j];
-        }
-    }
-    if (active) {
-        ((float4*)partials)[(size_t)blockIdx.x * 2 * C4 + c4] = dw;
-        ((float4*)partials)[(size_t)blockIdx.x * 2 * C4 + C4 + c4] = db;
-    }
-    cg::this_grid().sync();
-    for (int group = blockIdx.x; group < column_groups(C); group += gridDim.x) {
-        finalize_column_group(dweight, dbias, (const float4*)partials, gridDim.x, C4, group);
-    }
-}
-
-// ----------------------------------------------------------------------------------------------
-
-// Whether the trainer's kernel fits on an SM: its registers times its block's threads (it did
-// not at C = 1600 with 512 threads; the trainer now takes 256 there).
-static bool trainer_kernel_fits(int C) {
-    int per_sm = 0;
-    size_t shared = 2 * C * sizeof(float);
-#define QUERY_OCCUPANCY(K)                                                                                   \
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel<K>,           \
-                                                            layernorm_backward_block(K), shared))
-    DISPATCH_CHUNKS(C, QUERY_OCCUPANCY);
-#undef QUERY_OCCUPANCY
-    return per_sm > 0;
-}
 
 static void launch_variant(int variant, const Buffers& d) {
     if (variant == 1) {
@@ -389,12 +306,8 @@ static void launch_variant(int variant, const Buffers& d) {
         cudaCheck(cudaGetLastError());
         naive_channels_kernel<<<ceil_div(d.C, 128), 128>>>(d.dweight, d.dbias, d.dout, d.inp, d.mean, d.rstd, d.N, d.C);
         cudaCheck(cudaGetLastError());
-    } else if (variant == 4) {
-        layernorm_backward(d.dinp, d.dweight, d.dbias, d.partials, d.counter, d.dout, d.inp, d.weight, d.mean, d.rstd,
-                           d.N, d.C);
     } else if (variant == 6) {
-        launch_cooperative(channel_per_thread_kernel, ceil_div(d.C / 4, 32) * 32, 0, d);
-        cudaCheck(cudaGetLastError());
+        layernorm_backward(d.dinp, d.dweight, d.dbias, d.partials, d.dout, d.inp, d.weight, d.mean, d.rstd, d.N, d.C);
     } else {
 #define LAUNCH_WARP_ROW(K) launch_warp_row_variant<K>(variant, d)
         DISPATCH_CHUNKS(d.C, LAUNCH_WARP_ROW);
@@ -459,7 +372,7 @@ static Problem problem_create(int N, int C) {
     p.dinp0 = gpu_floats(nc), p.dweight0 = gpu_floats(C), p.dbias0 = gpu_floats(C);
     p.dinp = gpu_floats(nc), p.dweight = gpu_floats(C), p.dbias = gpu_floats(C);
     p.dout = gpu_floats(nc), p.inp = gpu_floats(nc), p.weight = gpu_floats(C), p.mean = gpu_floats(N), p.rstd = gpu_floats(N);
-    float* partials = gpu_floats((size_t)g_num_sms * MAX_BLOCKS_PER_SM * 2 * C);
+    float* partials = gpu_floats((size_t)g_num_sms * LAYERNORM_BACKWARD_MAX_BLOCKS_PER_SM * 2 * C);
     unsigned int* counter = (unsigned int*)gpu_ints(1);
     cudaCheck(cudaMemset(counter, 0, sizeof(unsigned int)));
     p.d = Buffers{p.dinp, p.dweight, p.dbias, partials, counter, p.dout, p.inp, p.weight, p.mean, p.rstd, N, C};
@@ -513,11 +426,6 @@ int main(int argc, char** argv) {
             if (!variant_selected(variant)) { continue; }
             char name[96];
             snprintf(name, sizeof(name), "%s, C=%d", VARIANT_NAMES[variant], C);
-            if (variant == 4 && !trainer_kernel_fits(C)) {
-                note("%s: cannot launch, its registers x threads exceed one SM's register file", name);
-                g_failures++;
-                continue;
-            }
             double error = check_variant(&p, variant);
             Launch launch = [&] { launch_variant(variant, p.d); };
             Launch reset = [&] { problem_reset(p); };
