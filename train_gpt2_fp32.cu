@@ -548,8 +548,11 @@ static void bias_backward(float* dbias, float* partials, unsigned int* counters,
 
 // Linear layer backward, its two halves: dinp = dout @ weight, and dweight += dout^T @ inp with
 // dbias += the column sums of dout (dbias optional); partials and counters belong to the stream.
-static void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
-    matmul(dinp, weight, dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
+// dinp reads weight_t (C, OC), the weight transposed (transpose_matrices): with it both operands
+// of the product have the summed dimension contiguous, which TF32 tensor-core kernels need to run
+// at full speed (with the weight as stored, cuBLASLt's kernel is 10-30% slower).
+static void matmul_backward_input(float* dinp, const float* dout, const float* weight_t, int N, int C, int OC) {
+    matmul(dinp, weight_t, dout, NULL, C, N, OC, true, false, 1.0f, 0.0f);
 }
 
 static void matmul_backward_weight(float* dweight, float* dbias, float* partials, unsigned int* counters,
@@ -559,9 +562,32 @@ static void matmul_backward_weight(float* dweight, float* dbias, float* partials
 }
 
 static void matmul_backward(float* dinp, float* dweight, float* dbias, float* partials, unsigned int* counters,
-                            const float* dout, const float* inp, const float* weight, int N, int C, int OC) {
-    matmul_backward_input(dinp, dout, weight, N, C, OC);
+                            const float* dout, const float* inp, const float* weight_t, int N, int C, int OC) {
+    matmul_backward_input(dinp, dout, weight_t, N, C, OC);
     matmul_backward_weight(dweight, dbias, partials, counters, dout, inp, N, C, OC);
+}
+
+// out[m] = in[m]^T for count row-major (rows, cols) matrices stored one after another: 32 x 32
+// tiles through shared memory (padded against bank conflicts), a block of 32 x 8 threads per tile.
+__global__ void transpose_kernel(float* out, const float* in, int rows, int cols) {
+    __shared__ float tile[32][33];
+    size_t matrix = (size_t)blockIdx.z * rows * cols;
+    int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 32 + threadIdx.y;
+    for (int j = 0; j < 32; j += 8) {
+        if (col < cols && row + j < rows) { tile[threadIdx.y + j][threadIdx.x] = in[matrix + (size_t)(row + j) * cols + col]; }
+    }
+    __syncthreads();
+    int out_col = blockIdx.y * 32 + threadIdx.x, out_row = blockIdx.x * 32 + threadIdx.y;  // out is (cols, rows)
+    for (int j = 0; j < 32; j += 8) {
+        if (out_col < rows && out_row + j < cols) {
+            out[matrix + (size_t)(out_row + j) * rows + out_col] = tile[threadIdx.x][threadIdx.y + j];
+        }
+    }
+}
+
+static void transpose_matrices(float* out, const float* in, int rows, int cols, int count) {
+    transpose_kernel<<<dim3(ceil_div(cols, 32), ceil_div(rows, 32), count), dim3(32, 8)>>>(out, in, rows, cols);
+    cudaCheck(cudaGetLastError());
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1555,6 +1581,16 @@ static void point_parameters(ParameterTensors* tensors, float* memory, const siz
     }
 }
 
+// The matrix weights transposed, for the input-gradient products (matmul_backward_input); rebuilt
+// from the parameters whenever they change (gpt2_transpose_weights).
+typedef struct {
+    float* wte;       // (C, Vp)
+    float* qkvw;      // (L, C, 3C)
+    float* attprojw;  // (L, C, C)
+    float* fcw;       // (L, C, 4C)
+    float* fcprojw;   // (L, 4C, C)
+} TransposedWeights;
+
 #define NUM_ACTIVATION_TENSORS 23
 
 // The classifier works on this many rows of logits at a time (0.8 GB at Vp = 50304).
@@ -1617,6 +1653,8 @@ typedef struct {
     size_t num_parameters;
     ParameterTensors params, grads;
     float *params_memory, *grads_memory, *m_memory, *v_memory;  // m, v: AdamW moments
+    TransposedWeights weights_t;
+    float* weights_t_memory;
     int adam_step;
     // activations, sized for at most max_B x max_T
     bool recompute_gelu;  // keep one layer's GELU output and recompute it in the backward
@@ -1638,6 +1676,8 @@ typedef struct {
     unsigned int *reduce_counters, *side_counters;
     cudaEvent_t main_ready, side_done[4];  // hand-offs between the streams in the backward pass
     float* step_stats;  // device [3]: accumulated loss, gradient norm, clipping factor
+    float* stats_copies;  // pinned host [2][2]: the loss and norm of two steps in flight
+    cudaEvent_t stats_copied[2];
 } GPT2;
 
 static void validate_config(const GPT2Config* c, const char* source) {
@@ -1662,7 +1702,7 @@ static void validate_config(const GPT2Config* c, const char* source) {
 static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     *model = GPT2();
     model->config = *config;
-    model->recompute_gelu = true;
+    model->recompute_gelu = false;
     parameter_sizes(model->param_sizes, config);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
     size_t bytes = model->num_parameters * sizeof(float);
@@ -1675,6 +1715,26 @@ static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     cudaCheck(cudaMemset(model->v_memory, 0, bytes));
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    size_t Vp = config->padded_vocab_size, C = config->channels, L = config->num_layers;
+    model->weights_t_memory = (float*)device_malloc((Vp * C + L * 12 * C * C) * sizeof(float), "transposed weights");
+    TransposedWeights* t = &model->weights_t;
+    t->wte = model->weights_t_memory;
+    t->qkvw = t->wte + Vp * C;
+    t->attprojw = t->qkvw + L * 3 * C * C;
+    t->fcw = t->attprojw + L * C * C;
+    t->fcprojw = t->fcw + L * 4 * C * C;
+}
+
+static void gpt2_transpose_weights(GPT2* model) {
+    const GPT2Config* c = &model->config;
+    int Vp = c->padded_vocab_size, C = c->channels, L = c->num_layers;
+    const ParameterTensors* p = &model->params;
+    TransposedWeights* t = &model->weights_t;
+    transpose_matrices(t->wte, p->wte, Vp, C, 1);
+    transpose_matrices(t->qkvw, p->qkvw, 3 * C, C, L);
+    transpose_matrices(t->attprojw, p->attprojw, C, C, L);
+    transpose_matrices(t->fcw, p->fcw, 4 * C, C, L);
+    transpose_matrices(t->fcprojw, p->fcprojw, C, 4 * C, L);
 }
 
 // Checkpoint header: 256 int32, [0] magic, [1] version, [2..7] maxT V L NH C Vp, [8] attention
@@ -1704,6 +1764,7 @@ static void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     fread_or_fail(host.data(), sizeof(float), host.size(), file, path);
     fclose(file);
     cudaCheck(cudaMemcpy(model->params_memory, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    gpt2_transpose_weights(model);
 }
 
 static void gpt2_write_checkpoint(const GPT2* model, const char* path) {
@@ -1749,6 +1810,7 @@ static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint6
         if (stds[i] != 0.0f || means[i] != 0.0f) { init_normal(tensor, n, means[i], stds[i], seed, tensor - model->params_memory); }
         tensor += model->param_sizes[i];
     }
+    gpt2_transpose_weights(model);
 }
 
 // Activations and batch buffers for batches of at most B x T.
@@ -1783,6 +1845,8 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     for (cudaEvent_t& event : model->side_done) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
     model->step_stats = (float*)device_malloc(3 * sizeof(float), "step statistics");
     cudaCheck(cudaMemset(model->step_stats, 0, 3 * sizeof(float)));
+    cudaCheck(cudaMallocHost(&model->stats_copies, 4 * sizeof(float)));
+    for (cudaEvent_t& event : model->stats_copied) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
     cudaCheck(cudaMallocHost(&model->staging, (5 * BT + 1) * sizeof(int)));
     cudaCheck(cudaEventCreateWithFlags(&model->upload_done, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(model->upload_done));
@@ -1812,7 +1876,7 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
         fused_classifier(a.logits, a.losses + first, model->targets + first, loss_weight / BT, rows, V, Vp);
         if (with_grads) {
             matmul_backward(a.dbtc + first * C, g.wte, NULL, model->reduce_partials, model->reduce_counters, a.logits,
-                            a.lnf + first * C, p.wte, rows, C, Vp);
+                            a.lnf + first * C, model->weights_t.wte, rows, C, Vp);
         }
     }
     if (with_targets) {
@@ -1901,6 +1965,7 @@ static void gpt2_backward(GPT2* model) {
     int L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params, g = model->grads;
+    TransposedWeights wt = model->weights_t;
     ActivationTensors a = model->acts;
     float* partials = model->reduce_partials;
     unsigned int* counters = model->reduce_counters;
@@ -1934,13 +1999,13 @@ static void gpt2_backward(GPT2* model) {
                                BT, 4 * C, C, side);
         mark_side_done(0);
         if (l < L - 1) { main_waits_for_side(3); }  // the last layer's qkv gradients have read dbt4c
-        matmul_backward_input(dfch, a.dresidual, p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
+        matmul_backward_input(dfch, a.dresidual, wt.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
         bias_backward(g.fcb + l * 4 * C, partials, counters, dfch, a.fch + l * 4 * btc, BT, 4 * C);  // and dGELU
         side_waits_for_main();
         matmul_backward_weight(g.fcw + (size_t)l * 4 * C * C, NULL, side_partials, side_counters, dfch, a.ln2 + l * btc,
                                BT, C, 4 * C, side);
         mark_side_done(1);
-        matmul_backward_input(a.dbtc, dfch, p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
+        matmul_backward_input(a.dbtc, dfch, wt.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
         main_waits_for_side(0);  // before dresidual changes (also covers the recomputed GELU's next overwrite)
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, partials, a.dbtc,
                            a.residual2 + l * btc, p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
@@ -1949,7 +2014,7 @@ static void gpt2_backward(GPT2* model) {
         matmul_backward_weight(g.attprojw + (size_t)l * C * C, g.attprojb + l * C, side_partials, side_counters,
                                a.dresidual, a.atty + l * btc, BT, C, C, side);
         mark_side_done(2);
-        matmul_backward_input(a.dbtc, a.dresidual, p.attprojw + (size_t)l * C * C, BT, C, C);
+        matmul_backward_input(a.dbtc, a.dresidual, wt.attprojw + (size_t)l * C * C, BT, C, C);
         main_waits_for_side(1);  // dfch (in dbt4c) has been read
         flash_attention_backward(dqkv, a.delta, a.dbtc, a.qkv + l * 3 * btc, a.atty + l * btc,
                                  a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, !g_use_tf32);
@@ -1957,7 +2022,7 @@ static void gpt2_backward(GPT2* model) {
         matmul_backward_weight(g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, side_partials, side_counters, dqkv,
                                a.ln1 + l * btc, BT, C, 3 * C, side);
         mark_side_done(3);
-        matmul_backward_input(a.dbtc, dqkv, p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
+        matmul_backward_input(a.dbtc, dqkv, wt.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
         main_waits_for_side(2);  // before dresidual changes
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
@@ -1994,6 +2059,7 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
                                                                 bias_correction1, bias_correction2_sqrt, eps,
                                                                 weight_decay);
     cudaCheck(cudaGetLastError());
+    gpt2_transpose_weights(model);
 }
 
 // FNV-1a over the bits of every parameter: equal checksums mean bit-identical weights.
@@ -2005,13 +2071,24 @@ static uint64_t gpt2_weights_checksum(const GPT2* model) {
     return hash;
 }
 
-// The loss accumulated since gpt2_reset_loss and the gradient norm of the last update, in one
-// read that waits for the GPU.
-static void gpt2_read_stats(const GPT2* model, float* loss, float* grad_norm) {
-    float stats[2];
-    cudaCheck(cudaMemcpy(stats, model->step_stats, sizeof(stats), cudaMemcpyDeviceToHost));
-    *loss = stats[0];
-    *grad_norm = stats[1];
+// The loss accumulated since gpt2_reset_loss and the gradient norm of the last update: queued
+// into copy slot 0 or 1 without waiting, so that the next step can be queued before this one is
+// read (gpt2_wait_stats); gpt2_read_stats does both.
+static void gpt2_queue_stats(GPT2* model, int slot) {
+    cudaCheck(cudaMemcpyAsync(model->stats_copies + 2 * slot, model->step_stats, 2 * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+    cudaCheck(cudaEventRecord(model->stats_copied[slot]));
+}
+
+static void gpt2_wait_stats(const GPT2* model, int slot, float* loss, float* grad_norm) {
+    cudaCheck(cudaEventSynchronize(model->stats_copied[slot]));
+    *loss = model->stats_copies[2 * slot];
+    *grad_norm = model->stats_copies[2 * slot + 1];
+}
+
+static void gpt2_read_stats(GPT2* model, float* loss, float* grad_norm) {
+    gpt2_queue_stats(model, 0);
+    gpt2_wait_stats(model, 0, loss, grad_norm);
 }
 
 static void gpt2_free(GPT2* model) {
@@ -2021,12 +2098,15 @@ static void gpt2_free(GPT2* model) {
     int* int_buffers[] = {model->inputs, model->targets, model->bucket_tokens, model->bucket_starts,
                           model->bucket_positions};
     for (int* buffer : int_buffers) { cudaCheck(cudaFree(buffer)); }
+    cudaCheck(cudaFree(model->weights_t_memory));
     cudaCheck(cudaFree(model->reduce_counters));
     cudaCheck(cudaFree(model->side_partials));
     cudaCheck(cudaFree(model->side_counters));
     cudaCheck(cudaEventDestroy(model->main_ready));
     for (cudaEvent_t event : model->side_done) { cudaCheck(cudaEventDestroy(event)); }
     cudaCheck(cudaFreeHost(model->staging));
+    cudaCheck(cudaFreeHost(model->stats_copies));
+    for (cudaEvent_t event : model->stats_copied) { cudaCheck(cudaEventDestroy(event)); }
     cudaCheck(cudaEventDestroy(model->upload_done));
 }
 
@@ -2175,7 +2255,7 @@ static void print_usage() {
         "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
         "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
         "  -a 0|1      overfit a single batch (default 0)\n"
-        "  -r 0|1      recompute the GELU in the backward instead of storing it: less memory (default 1)\n"
+        "  -r 0|1      recompute the GELU in the backward instead of storing it: less memory, slower (default 0)\n"
         "evaluation, output, checkpoints\n"
         "  -v N        validation loss every N steps, 0 = never (default 20)\n"
         "  -m N        validation batches, 0 = the whole split (default 20)\n"
@@ -2228,7 +2308,7 @@ static TrainArgs parse_args(int argc, char** argv) {
     args.val_batches = 20;
     args.sample_every = 20;
     args.gen_tokens = 64;
-    args.recompute_gelu = 1;
+    args.recompute_gelu = 0;
     static const char* const attention_kinds[] = {"softmax", "relu"};
     static const char* const schedules[] = {"cosine", "linear", "constant"};
     RunShape* r = &args.shape;
@@ -2518,42 +2598,48 @@ static void print_config(const GPT2* model, const TrainArgs* args, size_t train_
     printf("%s", rule);
 }
 
-// Device time of the phases of the steps so far: events around each forward, backward and update.
+// Device time of the phases of the steps so far: events around each forward, backward and update,
+// one set for each of the two steps in flight (slots 0 and 1).
 typedef struct {
-    std::vector<cudaEvent_t> marks;  // start, then after each forward and backward, then after the update
+    std::vector<cudaEvent_t> marks[2];  // start, then after each forward and backward, then after the update
     double forward_ms, backward_ms, update_ms;
 } PhaseTimes;
 
 static void phase_times_init(PhaseTimes* times, int micro_steps) {
     *times = PhaseTimes();
-    times->marks.resize(2 * micro_steps + 2);
-    for (cudaEvent_t& mark : times->marks) { cudaCheck(cudaEventCreate(&mark)); }
-}
-
-// Adds the last step's phases (its events have completed).
-static void phase_times_add(PhaseTimes* times) {
-    size_t n = times->marks.size();
-    for (size_t i = 0; i + 1 < n; i++) {
-        float ms;
-        cudaCheck(cudaEventElapsedTime(&ms, times->marks[i], times->marks[i + 1]));
-        *(i + 2 == n ? &times->update_ms : i % 2 == 0 ? &times->forward_ms : &times->backward_ms) += ms;
+    for (std::vector<cudaEvent_t>& marks : times->marks) {
+        marks.resize(2 * micro_steps + 2);
+        for (cudaEvent_t& mark : marks) { cudaCheck(cudaEventCreate(&mark)); }
     }
 }
 
-// One optimizer step over grad_accum_steps micro-batches, queued on the GPU without waiting.
+// Adds the phases of the step in the slot (its events have completed).
+static void phase_times_add(PhaseTimes* times, int slot) {
+    const std::vector<cudaEvent_t>& marks = times->marks[slot];
+    for (size_t i = 0; i + 1 < marks.size(); i++) {
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]));
+        *(i + 2 == marks.size() ? &times->update_ms : i % 2 == 0 ? &times->forward_ms : &times->backward_ms) += ms;
+    }
+}
+
+// One optimizer step over grad_accum_steps micro-batches, queued on the GPU without waiting; its
+// loss and norm are queued into stats slot step % 2.
 static void train_step(GPT2* model, DataLoader* loader, const RunShape* r, int step, PhaseTimes* times) {
-    cudaCheck(cudaEventRecord(times->marks[0]));
+    const std::vector<cudaEvent_t>& marks = times->marks[step % 2];
+    cudaCheck(cudaEventRecord(marks[0]));
     gpt2_zero_grad(model);
     gpt2_reset_loss(model);
     for (int micro = 0; micro < r->grad_accum_steps; micro++) {
         if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(loader); }
         gpt2_forward(model, loader->inputs, loader->targets, r->B, r->T, 1.0f / r->grad_accum_steps, true);
-        cudaCheck(cudaEventRecord(times->marks[2 * micro + 1]));
+        cudaCheck(cudaEventRecord(marks[2 * micro + 1]));
         gpt2_backward(model);
-        cudaCheck(cudaEventRecord(times->marks[2 * micro + 2]));
+        cudaCheck(cudaEventRecord(marks[2 * micro + 2]));
     }
     gpt2_update(model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);
-    cudaCheck(cudaEventRecord(times->marks.back()));
+    cudaCheck(cudaEventRecord(marks.back()));
+    gpt2_queue_stats(model, step % 2);
 }
 
 int main(int argc, char** argv) {
@@ -2600,32 +2686,23 @@ int main(int argc, char** argv) {
     int timed_steps = 0;
     PhaseTimes phases;
     phase_times_init(&phases, r->grad_accum_steps);
-    for (int step = start_step; step <= r->max_steps; step++) {
-        bool last_step = step == r->max_steps || (args.stop_at > 0 && step == args.stop_at);
-        bool checkpoint_due = args.checkpoint_every > 0 && step % args.checkpoint_every == 0;
-        if (log != NULL && step > start_step && (checkpoint_due || last_step)) {
-            write_checkpoint(args.output_dir, step, &model, r, &train_loader);
-            if (args.checkpoint_keep > 0) { prune_checkpoints(args.output_dir, args.checkpoint_keep); }
-        }
-        if (args.val_every > 0 && val_batches > 0 && (step % args.val_every == 0 || last_step)) {
-            float val_loss = validation_loss(&model, &val_loader, val_batches);
-            printf("step %d: val loss %.6f\n", step, val_loss);
-            if (log) { fprintf(log, "s:%d tel:%.6f\n", step, val_loss); fflush(log); }
-        }
-        if (args.sample_every > 0 && args.gen_tokens > 0 && step > 0 && (step % args.sample_every == 0 || last_step)) {
-            generate(&model, &tokenizer, std::min(args.gen_tokens, model.max_T - 1));
-        }
-        if (last_step) { break; }
-
-        double start = wall_seconds();
-        train_step(&model, &train_loader, r, step, &phases);
+    // Steps are pipelined: step s + 1 is queued before the host waits for step s's loss, so the GPU
+    // does not idle while the host loads a batch, logs and launches. A step's time is from when
+    // the GPU could start it (queued, and the previous step done) to when it was seen done.
+    int pending = -1;  // the queued step not yet reported
+    double queued_at[2] = {0.0, 0.0}, last_done = 0.0;
+    auto report_pending = [&]() {
+        if (pending < 0) { return; }
+        int step = pending, slot = step % 2;
+        pending = -1;
         float loss, grad_norm;
-        gpt2_read_stats(&model, &loss, &grad_norm);  // the step's one wait for the GPU
-        double seconds = wall_seconds() - start;
+        gpt2_wait_stats(&model, slot, &loss, &grad_norm);
+        double now = wall_seconds(), seconds = now - std::max(queued_at[slot], last_done);
+        last_done = now;
         if (step > start_step) {  // the first step of a process includes one-time setup
             timed_seconds += seconds;
             timed_steps++;
-            phase_times_add(&phases);
+            phase_times_add(&phases, slot);
         }
         double mean_seconds = timed_steps > 0 ? timed_seconds / timed_steps : seconds;
         double mfu = peak_tflops > 0 ? 100.0 * flops_per_step / seconds / (peak_tflops * 1e12) : 0.0;
@@ -2638,6 +2715,31 @@ int main(int argc, char** argv) {
                     seconds * 1e3, tokens_per_step / seconds, mfu);
             fflush(log);
         }
+    };
+    for (int step = start_step; step <= r->max_steps; step++) {
+        bool last_step = step == r->max_steps || (args.stop_at > 0 && step == args.stop_at);
+        bool checkpoint_due = log != NULL && step > start_step && (last_step || (args.checkpoint_every > 0 &&
+                                                                                 step % args.checkpoint_every == 0));
+        bool val_due = args.val_every > 0 && val_batches > 0 && (step % args.val_every == 0 || last_step);
+        bool sample_due = args.sample_every > 0 && args.gen_tokens > 0 && step > 0 &&
+                          (step % args.sample_every == 0 || last_step);
+        if (checkpoint_due || val_due || sample_due || last_step) { report_pending(); }
+        if (checkpoint_due) {
+            write_checkpoint(args.output_dir, step, &model, r, &train_loader);
+            if (args.checkpoint_keep > 0) { prune_checkpoints(args.output_dir, args.checkpoint_keep); }
+        }
+        if (val_due) {
+            float val_loss = validation_loss(&model, &val_loader, val_batches);
+            printf("step %d: val loss %.6f\n", step, val_loss);
+            if (log) { fprintf(log, "s:%d tel:%.6f\n", step, val_loss); fflush(log); }
+        }
+        if (sample_due) { generate(&model, &tokenizer, std::min(args.gen_tokens, model.max_T - 1)); }
+        if (last_step) { break; }
+
+        queued_at[step % 2] = wall_seconds();
+        train_step(&model, &train_loader, r, step, &phases);
+        report_pending();  // the previous step, while this one runs
+        pending = step;
     }
     if (timed_steps > 0) {
         printf("average step: %.2f ms (forward %.2f, backward %.2f, update %.2f ms on the GPU)\n",

@@ -17,7 +17,8 @@ mutations=(
   "GELU derivative without its sech^2 term|softmax|s#0.5f \* (1.0f + th) + 0.5f \* x \* sech2#0.5f * (1.0f + th) + 0.0f * x * sech2#"
   "softmax backward without delta|softmax|s#dp = p \* (dp - stat_b);#dp = p * dp;#"
   "weight decay on every tensor|softmax|s#(table.decay_mask >> tensor) \& 1u ? weight_decay : 0.0f#weight_decay#"
-  "layernorm backward without mean_g_xhat|softmax|s#- xhat \* mean_g_xhat#- xhat * 0.0f#"
+  "layernorm backward without mean_g_xhat|softmax|s#- xhat\[j\] \* mean_g_xhat#- xhat[j] * 0.0f#"
+  "layernorm dweight/dbias sum drops all stripes but one|softmax|s#for (int s = 1; s < stripes; s++)#for (int s = 1; s < 1; s++)#"
 )
 
 caught=0

@@ -189,7 +189,7 @@ static void launch_classifier(int variant, float* logits, float* losses, const i
 // Variant 5: the LM head as the trainer runs it, chunk_rows rows at a time.
 
 typedef struct {
-    float *lnf, *wte, *dwte, *dwte0, *dlnf, *logits, *losses, *partials;
+    float *lnf, *wte, *wte_t, *dwte, *dwte0, *dlnf, *logits, *losses, *partials;  // wte_t (C, Vp): wte transposed
     int* targets;
     unsigned int* counters;
     int N, C;
@@ -201,7 +201,7 @@ static void launch_head(const Head& h, int chunk_rows) {
         matmul_forward(h.logits, h.lnf + (size_t)first * h.C, h.wte, NULL, rows, h.C, LAB_VP);
         fused_classifier(h.logits, h.losses + first, h.targets + first, 1.0f / h.N, rows, LAB_V, LAB_VP);
         matmul_backward(h.dlnf + (size_t)first * h.C, h.dwte, NULL, h.partials, h.counters, h.logits,
-                        h.lnf + (size_t)first * h.C, h.wte, rows, h.C, LAB_VP);
+                        h.lnf + (size_t)first * h.C, h.wte_t, rows, h.C, LAB_VP);
     }
 }
 
@@ -317,13 +317,14 @@ static double check_head(const Head& h, HeadReference* ref, int chunk_rows) {
 
 static void run_head(int N) {
     int C = LAB_C;
-    Head h = {gpu_floats((size_t)N * C), gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)LAB_VP * C),
-              gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)N * C), gpu_floats((size_t)N * LAB_VP),
+    Head h = {gpu_floats((size_t)N * C), gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)C * LAB_VP),
+              gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)N * C), gpu_floats((size_t)N * LAB_VP),
               gpu_floats(N), gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * LAB_VP), gpu_ints(N),
               (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS), N, C};
     cudaCheck(cudaMemset(h.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
     fill_uniform(h.lnf, (size_t)N * C, -2.0f, 2.0f);
     fill_uniform(h.wte, (size_t)LAB_VP * C, -0.05f, 0.05f);
+    transpose_matrices(h.wte_t, h.wte, LAB_VP, C, 1);
     fill_uniform(h.dwte0, (size_t)LAB_VP * C, -0.01f, 0.01f);
     fill_tokens(h.targets, N, LAB_V, false);
     HeadReference ref = head_reference(h);

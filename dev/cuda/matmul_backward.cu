@@ -4,8 +4,9 @@ C = 768 in, OC = 3072 out), from dout (N, OC), inp (N, C), weight (OC, C):
   dinp (N, C) = dout @ weight,   dweight (OC, C) += dout^T @ inp,   dbias (OC) += column sums of dout
 
   variant 1  naive: a thread per output of each (dinp, dweight, dbias), FP32
-  variant 2  the trainer's matmul_backward: cuBLASLt TF32 for dinp and dweight, bias_backward
-             (per-chunk partials, the last block of each column group adds them in order)
+  variant 2  the trainer's matmul_backward: cuBLASLt TF32 for dinp (from the transposed weight
+             copy, weight_t) and dweight, bias_backward (per-chunk partials, the last block of
+             each column group adds them in order)
   variant 3  the same launcher in full FP32 (the trainer's -f 0)
   variant 4  cuBLASLt TF32, the bias gradient fused into the dweight product (BGRADB epilogue;
              it writes, so a small kernel adds it into dbias)
@@ -135,7 +136,7 @@ static void bias_rows_in_flight(float* dbias, float* partials, unsigned int* cou
 
 typedef struct {
     // variants 1-4: the fc layer
-    float *dinp, *dweight, *dbias, *dout, *inp, *weight;
+    float *dinp, *dweight, *dbias, *dout, *inp, *weight, *weight_t;  // weight_t (C, OC): weight transposed
     // variants 5-6: the fcproj layer's dinp and the fc bias gradient
     float *dfch, *dfcb, *dresidual, *fch, *fcprojw;
     float *dweight0, *dbias0, *dfcb0;  // start values of the accumulated outputs
@@ -154,7 +155,7 @@ static void launch_variant(int variant, const Buffers& d) {
         cudaCheck(cudaGetLastError());
     } else if (variant == 2 || variant == 3) {
         g_use_tf32 = variant == 2;
-        matmul_backward(d.dinp, d.dweight, d.dbias, d.partials, d.counters, d.dout, d.inp, d.weight, N, C, OC);
+        matmul_backward(d.dinp, d.dweight, d.dbias, d.partials, d.counters, d.dout, d.inp, d.weight_t, N, C, OC);
         g_use_tf32 = true;
     } else if (variant == 4) {
         matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
@@ -173,25 +174,31 @@ static void launch_variant(int variant, const Buffers& d) {
         lt_run(&d.dweight_plan, d.dweight, d.inp, d.dout, 1.0f);
         bias_backward(d.dbias, d.partials, d.counters, d.dout, NULL, N, OC);
     } else {
-        matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
+        matmul_backward_input(d.dinp, d.dout, d.weight_t, N, C, OC);
         matmul(d.dweight, d.inp, d.dout, NULL, C, OC, N, false, true, 1.0f, 1.0f);
         bias_rows_in_flight(d.dbias, d.partials, d.counters, d.dout, N, OC);
     }
 }
 
-// The parts of variant 2 alone (the trainer's dinp and dweight products and bias_backward), and
-// variant 8's bias gradient: to compare with the fused epilogues and with each other.
-static const int NUM_PARTS = 4;
-static const char* const PART_NAMES[] = {"2 trainer, part: dinp GEMM", "2 trainer, part: dweight GEMM",
-                                         "2 trainer, part: bias_backward", "8, part: bias gradient, 4 rows in flight"};
+// The parts of variant 2 alone (the trainer's dinp and dweight products and bias_backward), the
+// dinp product from the weight as stored (the trainer's before weight_t; cuBLASLt then reads the
+// weight along its rows' stride), the weight transposition itself, and variant 8's bias gradient.
+static const int NUM_PARTS = 6;
+static const char* const PART_NAMES[] = {"2 trainer, part: dinp GEMM (weight_t)", "2 trainer, part: dweight GEMM",
+                                         "2 trainer, part: bias_backward", "8, part: bias gradient, 4 rows in flight",
+                                         "dinp GEMM from the weight as stored", "transpose_matrices of the weight"};
 
-static bool part_of(int variant, int part) { return variant == 2 ? part < 3 : variant == 8 && part == 3; }
+static bool part_of(int variant, int part) {
+    return variant == 2 ? part != 3 : variant == 8 && part == 3;
+}
 
 static void launch_part(int part, const Buffers& d) {
-    if (part == 0) { matmul(d.dinp, d.weight, d.dout, NULL, d.C, d.N, d.OC, false, false, 1.0f, 0.0f); }
+    if (part == 0) { matmul_backward_input(d.dinp, d.dout, d.weight_t, d.N, d.C, d.OC); }
     else if (part == 1) { matmul(d.dweight, d.inp, d.dout, NULL, d.C, d.OC, d.N, false, true, 1.0f, 1.0f); }
     else if (part == 2) { bias_backward(d.dbias, d.partials, d.counters, d.dout, NULL, d.N, d.OC); }
-    else { bias_rows_in_flight(d.dbias, d.partials, d.counters, d.dout, d.N, d.OC); }
+    else if (part == 3) { bias_rows_in_flight(d.dbias, d.partials, d.counters, d.dout, d.N, d.OC); }
+    else if (part == 4) { matmul(d.dinp, d.weight, d.dout, NULL, d.C, d.N, d.OC, false, false, 1.0f, 0.0f); }
+    else { transpose_matrices(d.weight_t, d.weight, d.OC, d.C, 1); }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -207,6 +214,7 @@ static void fill_inputs(const Buffers& d) {
     fill_uniform(d.dweight0, (size_t)d.OC * d.C, -1.0f, 1.0f);
     fill_uniform(d.dbias0, d.OC, -1.0f, 1.0f);
     fill_uniform(d.dfcb0, d.OC, -1.0f, 1.0f);
+    transpose_matrices(d.weight_t, d.weight, d.OC, d.C, 1);
 }
 
 // Outputs poisoned, accumulated outputs set to their start values.
@@ -292,6 +300,7 @@ int main(int argc, char** argv) {
     d.N = N, d.C = C, d.OC = OC;
     d.dinp = gpu_floats(n_in), d.dweight = gpu_floats(n_weight), d.dbias = gpu_floats(OC);
     d.dout = gpu_floats(n_out), d.inp = gpu_floats(n_in), d.weight = gpu_floats(n_weight);
+    d.weight_t = gpu_floats(n_weight);
     d.dfch = gpu_floats(n_out), d.dfcb = gpu_floats(OC), d.dresidual = gpu_floats(n_in), d.fch = gpu_floats(n_out);
     d.fcprojw = gpu_floats(n_weight);
     d.dweight0 = gpu_floats(n_weight), d.dbias0 = gpu_floats(OC), d.dfcb0 = gpu_floats(OC);
@@ -337,12 +346,13 @@ int main(int argc, char** argv) {
             if (!part_of(variant, part)) { continue; }
             Launch launch_one = [&] { launch_part(part, d); };
             double part_ms = bench_ms(launch_one, reset);
-            if (part < 2) {
+            if (part < 2 || part == 4) {
                 print_row("matmul_backward", PART_NAMES[part], part_ms, 2.0 * N * C * OC, CEILING_TF32, 0.0, -1.0,
                           DETERMINISM_UNCHECKED);
-            } else {  // bytes: dout read once, dbias read and written
-                print_row("matmul_backward", PART_NAMES[part], part_ms, (n_out + 2.0 * OC) * sizeof(float),
-                          CEILING_COPY, 0.0, -1.0, DETERMINISM_UNCHECKED);
+            } else {  // bytes: dout read once and dbias read and written, or the weight read and written
+                double bytes = part == 5 ? 2.0 * OC * C * sizeof(float) : (n_out + 2.0 * OC) * sizeof(float);
+                print_row("matmul_backward", PART_NAMES[part], part_ms, bytes, CEILING_COPY, 0.0, -1.0,
+                          DETERMINISM_UNCHECKED);
             }
         }
     }
