@@ -146,6 +146,18 @@ __global__ void wte_backward_kernel(float4* dwte, const float4* dout, const int*
     }
 }
 
+// dwte and dwpe += the encoder's gradients from dout (B, T, C); num_buckets tokens with their
+// positions grouped as TokenBuckets lays them out.
+static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* bucket_tokens,
+                             const int* bucket_starts, const int* bucket_positions, int num_buckets, int B, int T,
+                             int C) {
+    wte_backward_kernel<<<num_buckets, 256>>>((float4*)dwte, (const float4*)dout, bucket_tokens,
+                                                                  bucket_starts, bucket_positions, C / 4);
+    cudaCheck(cudaGetLastError());
+    wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)dwpe, (const float4*)dout, B, T, C / 4);
+    cudaCheck(cudaGetLastError());
+}
+
 // The batch's positions grouped by token id (counting sort), for the deterministic wte gradient.
 typedef struct {
     int num_buckets;
@@ -559,12 +571,6 @@ static void matmul_backward_weight(float* dweight, float* dbias, float* partials
                                    const float* dout, const float* inp, int N, int C, int OC, cudaStream_t stream = 0) {
     matmul(dweight, inp, dout, NULL, C, OC, N, false, true, 1.0f, 1.0f, 1, 0, 0, 0, stream);
     if (dbias != NULL) { bias_backward(dbias, partials, counters, (float*)dout, NULL, N, OC, stream); }
-}
-
-static void matmul_backward(float* dinp, float* dweight, float* dbias, float* partials, unsigned int* counters,
-                            const float* dout, const float* inp, const float* weight_t, int N, int C, int OC) {
-    matmul_backward_input(dinp, dout, weight_t, N, C, OC);
-    matmul_backward_weight(dweight, dbias, partials, counters, dout, inp, N, C, OC);
 }
 
 // out[m] = in[m]^T for count row-major (rows, cols) matrices stored one after another: 32 x 32
@@ -1363,62 +1369,119 @@ __device__ SoftmaxStats softmax_stats_combine(SoftmaxStats a, SoftmaxStats b) {
     return SoftmaxStats{m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
 
-// One block per row of logits (B*T rows, Vp columns of which V are real). Writes the row's loss
-// and, in place, dlogits = (softmax - onehot(target)) * dloss; the padded columns get 0. The
-// target's logit is read before the block reduction's barrier, so before any thread overwrites it.
-__global__ void fused_classifier_kernel(float* logits, float* losses, const int* targets, float dloss, int V, int Vp) {
-    __shared__ SoftmaxStats warp_stats[32];
-    __shared__ float target_logit;
+// On the logits of R rows transposed, logits_t (Vp, R), of which V entries are real: row r is
+// column r. Block (x, y) takes 128 rows, a lane rows lane + 32k (k < 4), so that a warp reads one
+// vocabulary entry of 128 rows, 512 contiguous bytes; and slice y of the vocabulary, its warps
+// striding over the slice. Two kernels: the first writes each slice's running max and sum per
+// row (and the target's logit, read by the slice holding it); the second combines a row's slices
+// in order, writes the loss and, in place, dlogits = (softmax - onehot(target)) * dloss, 0 in
+// the padded entries. scratch: (CLASSIFIER_MAX_SLICES * 2 + 1) * R floats.
+static const int CLASSIFIER_BLOCK = 256;
+static const int CLASSIFIER_MAX_SLICES = 16;
+static const int CLASSIFIER_ROWS_PER_LANE = 4;
+static const int CLASSIFIER_ROWS = 32 * CLASSIFIER_ROWS_PER_LANE;  // rows per block
+
+__device__ inline int classifier_slice_size(int Vp) { return ceil_div(Vp, gridDim.y); }
+
+__global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_stats_kernel(SoftmaxStats* slice_stats,
+                                                                            float* target_logits,
+                                                                            const float* logits_t, const int* targets,
+                                                                            int R, int V, int Vp) {
+    const int K = CLASSIFIER_ROWS_PER_LANE;
+    __shared__ SoftmaxStats warp_stats[CLASSIFIER_BLOCK / 32][CLASSIFIER_ROWS];  // [warp][row of the block]
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    float4* row4 = (float4*)(logits + (size_t)blockIdx.x * Vp);
-    int target = targets[blockIdx.x];
-    if (threadIdx.x == 0) { target_logit = logits[(size_t)blockIdx.x * Vp + target]; }
-
-    // Each thread: 4 float4 loads in flight, then one rescale of its running sum and one exp per value.
-    SoftmaxStats stats = {-FLT_MAX, 0.0f};
-    const int V4 = Vp / 4, UNROLL = 4;
-    for (int first = threadIdx.x; first < V4; first += UNROLL * blockDim.x) {
-        float x[UNROLL * 4];
+    int w = warp.meta_group_rank(), warps = warp.meta_group_size(), first_row = blockIdx.x * CLASSIFIER_ROWS;
+    int begin = blockIdx.y * classifier_slice_size(Vp), end = min(V, begin + classifier_slice_size(Vp));
+    SoftmaxStats stats[K];
+    for (int k = 0; k < K; k++) { stats[k] = SoftmaxStats{-FLT_MAX, 0.0f}; }
+    // 2 vocabulary entries of the K rows in flight, then one rescale of each running sum and one exp per value
+    const int UNROLL = 2;
+    for (int first = begin + w; first < end; first += UNROLL * warps) {
+        float x[UNROLL][K];
+#pragma unroll
         for (int u = 0; u < UNROLL; u++) {
-            int i4 = first + u * blockDim.x;
-            float4 x4 = i4 < V4 ? row4[i4] : make_float4(-FLT_MAX, -FLT_MAX, -FLT_MAX, -FLT_MAX);
-            x[4 * u] = x4.x, x[4 * u + 1] = x4.y, x[4 * u + 2] = x4.z, x[4 * u + 3] = x4.w;
+            int v = first + u * warps;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                int row = first_row + warp.thread_rank() + 32 * k;
+                x[u][k] = v < end && row < R ? logits_t[(size_t)v * R + row] : -FLT_MAX;
+            }
         }
-        float chunk_max = stats.max;
-        for (int u = 0; u < UNROLL * 4; u++) {
-            if (4 * (first + u / 4 * blockDim.x) + u % 4 < V) { chunk_max = fmaxf(chunk_max, x[u]); }
-        }
-        stats.sum *= expf(stats.max - chunk_max);
-        stats.max = chunk_max;
-        for (int u = 0; u < UNROLL * 4; u++) {
-            if (4 * (first + u / 4 * blockDim.x) + u % 4 < V) { stats.sum += expf(x[u] - chunk_max); }
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            float chunk_max = stats[k].max;
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) { chunk_max = fmaxf(chunk_max, x[u][k]); }
+            stats[k].sum *= expf(stats[k].max - chunk_max);
+            stats[k].max = chunk_max;
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                if (first + u * warps < end) { stats[k].sum += expf(x[u][k] - chunk_max); }
+            }
         }
     }
-    for (int offset = 16; offset > 0; offset /= 2) {
-        SoftmaxStats other = {warp.shfl_xor(stats.max, offset), warp.shfl_xor(stats.sum, offset)};
-        stats = softmax_stats_combine(stats, other);
+    for (int k = 0; k < K; k++) {
+        int i = warp.thread_rank() + 32 * k, row = first_row + i;
+        warp_stats[w][i] = stats[k];
+        if (w == 0 && row < R && targets[row] >= begin && targets[row] < end) {
+            target_logits[row] = logits_t[(size_t)targets[row] * R + row];
+        }
     }
-    if (warp.thread_rank() == 0) { warp_stats[warp.meta_group_rank()] = stats; }
     block.sync();
-    stats = warp_stats[0];
-    for (int w = 1; w < warp.meta_group_size(); w++) { stats = softmax_stats_combine(stats, warp_stats[w]); }
-
-    if (threadIdx.x == 0) { losses[blockIdx.x] = stats.max + logf(stats.sum) - target_logit; }
-    for (int i4 = threadIdx.x; i4 < Vp / 4; i4 += blockDim.x) {
-        float4 x4 = row4[i4];
-        float x[4] = {x4.x, x4.y, x4.z, x4.w};
-        for (int k = 0; k < 4; k++) {
-            int i = 4 * i4 + k;
-            float prob = i < V ? expf(x[k] - stats.max) / stats.sum : 0.0f;
-            x[k] = i < V ? (prob - (i == target ? 1.0f : 0.0f)) * dloss : 0.0f;
-        }
-        row4[i4] = make_float4(x[0], x[1], x[2], x[3]);
+    for (int i = threadIdx.x; i < CLASSIFIER_ROWS; i += blockDim.x) {
+        int row = first_row + i;
+        if (row >= R) { continue; }
+        SoftmaxStats total = warp_stats[0][i];
+        for (int k = 1; k < warps; k++) { total = softmax_stats_combine(total, warp_stats[k][i]); }
+        slice_stats[(size_t)blockIdx.y * R + row] = total;
     }
 }
 
-static void fused_classifier(float* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp) {
-    fused_classifier_kernel<<<N, 1024>>>(logits, losses, targets, dloss, V, Vp);
+__global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_write_kernel(float* logits_t, float* losses,
+                                                                            const SoftmaxStats* slice_stats,
+                                                                            const float* target_logits,
+                                                                            const int* targets, float dloss, int R,
+                                                                            int V, int Vp) {
+    const int K = CLASSIFIER_ROWS_PER_LANE;
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    int w = warp.meta_group_rank(), warps = warp.meta_group_size(), first_row = blockIdx.x * CLASSIFIER_ROWS;
+    int begin = blockIdx.y * classifier_slice_size(Vp), end = min(Vp, begin + classifier_slice_size(Vp));
+    SoftmaxStats stats[K];
+    int target[K];
+    for (int k = 0; k < K; k++) {
+        int row = first_row + warp.thread_rank() + 32 * k;
+        if (row >= R) { continue; }
+        stats[k] = slice_stats[row];
+        for (unsigned int y = 1; y < gridDim.y; y++) {
+            stats[k] = softmax_stats_combine(stats[k], slice_stats[(size_t)y * R + row]);
+        }
+        target[k] = targets[row];
+        if (blockIdx.y == 0 && w == 0) { losses[row] = stats[k].max + logf(stats[k].sum) - target_logits[row]; }
+    }
+#pragma unroll 2
+    for (int v = begin + w; v < end; v += warps) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int row = first_row + warp.thread_rank() + 32 * k;
+            if (row >= R) { continue; }
+            float* x = logits_t + (size_t)v * R + row;
+            *x = v < V ? (expf(*x - stats[k].max) / stats[k].sum - (v == target[k] ? 1.0f : 0.0f)) * dloss : 0.0f;
+        }
+    }
+}
+
+static void fused_classifier(float* logits_t, float* losses, float* scratch, const int* targets, float dloss, int R,
+                             int V, int Vp) {
+    unsigned int row_groups = ceil_div(R, CLASSIFIER_ROWS);
+    unsigned int slices = std::max(1u, std::min((unsigned int)CLASSIFIER_MAX_SLICES, ceil_div(4 * g_num_sms, row_groups)));
+    SoftmaxStats* slice_stats = (SoftmaxStats*)scratch;
+    float* target_logits = scratch + (size_t)2 * CLASSIFIER_MAX_SLICES * R;
+    dim3 grid(row_groups, slices);
+    classifier_stats_kernel<<<grid, CLASSIFIER_BLOCK>>>(slice_stats, target_logits, logits_t, targets, R, V, Vp);
+    cudaCheck(cudaGetLastError());
+    classifier_write_kernel<<<grid, CLASSIFIER_BLOCK>>>(logits_t, losses, slice_stats, target_logits, targets, dloss, R,
+                                                       V, Vp);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1591,10 +1654,11 @@ typedef struct {
     float* fcprojw;   // (L, 4C, C)
 } TransposedWeights;
 
-#define NUM_ACTIVATION_TENSORS 23
+#define NUM_ACTIVATION_TENSORS 25
 
-// The classifier works on this many rows of logits at a time (0.8 GB at Vp = 50304).
-static const size_t CLASSIFIER_CHUNK_ROWS = 4096;
+// The classifier works on this many rows of logits at a time (1.6 GB at Vp = 50304); the lab
+// measured 4096 rows 3% slower over the LM head, 2048 rows 8%.
+static const size_t CLASSIFIER_CHUNK_ROWS = 8192;
 
 // Everything the forward pass keeps for the backward pass, plus the scratch both passes share.
 typedef struct {
@@ -1615,7 +1679,9 @@ typedef struct {
     float* lnf;        // (B, T, C)
     float* lnf_mean;   // (B, T)
     float* lnf_rstd;   // (B, T)
-    float* logits;     // (min(B*T, CLASSIFIER_CHUNK_ROWS), Vp): one chunk of rows; dlogits in place
+    float* logits;     // (Vp, R), R = min(B*T, CLASSIFIER_CHUNK_ROWS): one chunk of rows, transposed; dlogits in place
+    float* lnf_t;      // (C, R): the chunk's rows of lnf, transposed
+    float* classifier_scratch;  // (2 CLASSIFIER_MAX_SLICES + 1, R): fused_classifier's per-row statistics
     float* losses;     // (B, T)
     float* dresidual;  // backward (B, T, C): gradient of the residual stream
     float* dbtc;       // backward (B, T, C): dln, datty
@@ -1630,7 +1696,9 @@ static void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Con
     size_t list[NUM_ACTIVATION_TENSORS] = {BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
                                            L * BT * NH, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
                                            gelu_layers * BT * 4 * C, L * BT * C, BT * C, BT, BT,
-                                           std::min(BT, CLASSIFIER_CHUNK_ROWS) * config->padded_vocab_size, BT,
+                                           std::min(BT, CLASSIFIER_CHUNK_ROWS) * config->padded_vocab_size,
+                                           std::min(BT, CLASSIFIER_CHUNK_ROWS) * C,
+                                           std::min(BT, CLASSIFIER_CHUNK_ROWS) * (2 * CLASSIFIER_MAX_SLICES + 1), BT,
                                            BT * C, BT * C, BT * 4 * C, BT * NH};
     memcpy(sizes, list, sizeof(list));
 }
@@ -1639,7 +1707,8 @@ static void point_activations(ActivationTensors* acts, float* memory, const size
     float** ptrs[NUM_ACTIVATION_TENSORS] = {
         &acts->encoded, &acts->ln1, &acts->ln1_mean, &acts->ln1_rstd, &acts->qkv, &acts->atty, &acts->lse,
         &acts->residual2, &acts->ln2, &acts->ln2_mean, &acts->ln2_rstd, &acts->fch, &acts->fch_gelu,
-        &acts->residual3, &acts->lnf, &acts->lnf_mean, &acts->lnf_rstd, &acts->logits, &acts->losses,
+        &acts->residual3, &acts->lnf, &acts->lnf_mean, &acts->lnf_rstd, &acts->logits, &acts->lnf_t,
+        &acts->classifier_scratch, &acts->losses,
         &acts->dresidual, &acts->dbtc, &acts->dbt4c, &acts->delta};
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
         *ptrs[i] = memory;
@@ -1859,25 +1928,40 @@ static void upload(GPT2* model, int* device_dst, const int* host_src, size_t cou
     cudaCheck(cudaMemcpyAsync(device_dst, staged, count * sizeof(int), cudaMemcpyHostToDevice));
 }
 
-// The classifier over the rows of lnf in chunks of CLASSIFIER_CHUNK_ROWS: logits = lnf @ wte^T;
-// with targets, each row's loss and, in place, dlogits; with grads, also the chunk's share of
-// dwte and dlnf (into acts.dbtc) before the next chunk reuses the logits buffer. Without
-// targets, acts.logits holds the last chunk's logits.
+// The LM head on one chunk of rows of lnf (rows, C): logits_t (Vp, rows) = wte @ lnf^T, the
+// logits transposed. With targets, each row's loss and, in place, dlogits (scratch: see
+// fused_classifier); with dwte, also
+// dlnf (rows, C) = dlogits @ wte and dwte += dlogits^T @ lnf (lnf_t: (C, rows) scratch). The
+// transposed logits let the three products read every operand along its summed dimension (what
+// the TF32 tensor-core kernels need for full speed) except dlogits in the dlnf one; the dwte
+// product, summed over rows, would otherwise read both operands across their rows and take 1.6x
+// as long.
+static void lm_head_chunk(float* logits_t, float* losses, float* scratch, float* dlnf, float* dwte, float* lnf_t,
+                          const float* lnf, const float* wte, const float* wte_t, const int* targets, float dloss,
+                          int rows, int C, int V, int Vp) {
+    matmul(logits_t, lnf, wte, NULL, rows, Vp, C, true, false, 1.0f, 0.0f);
+    if (targets == NULL) { return; }
+    fused_classifier(logits_t, losses, scratch, targets, dloss, rows, V, Vp);
+    if (dwte == NULL) { return; }
+    matmul(dlnf, wte_t, logits_t, NULL, C, rows, Vp, true, true, 1.0f, 0.0f);
+    transpose_matrices(lnf_t, lnf, rows, C, 1);
+    matmul(dwte, lnf_t, logits_t, NULL, C, Vp, rows, true, false, 1.0f, 1.0f);
+}
+
+// The classifier over the rows of lnf in chunks of CLASSIFIER_CHUNK_ROWS (lm_head_chunk); with
+// grads, dlnf goes to acts.dbtc, each chunk's share before the next chunk reuses the logits
+// buffer. Without targets, acts.logits holds the last chunk's logits (gpt2_read_logits).
 static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, float loss_weight) {
     const GPT2Config* c = &model->config;
-    int C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int C = c->channels;
     size_t BT = (size_t)model->B * model->T;
-    ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts;
     for (size_t first = 0; first < BT; first += CLASSIFIER_CHUNK_ROWS) {
         int rows = (int)std::min(CLASSIFIER_CHUNK_ROWS, BT - first);
-        matmul_forward(a.logits, a.lnf + first * C, p.wte, NULL, rows, C, Vp);
-        if (!with_targets) { continue; }
-        fused_classifier(a.logits, a.losses + first, model->targets + first, loss_weight / BT, rows, V, Vp);
-        if (with_grads) {
-            matmul_backward(a.dbtc + first * C, g.wte, NULL, model->reduce_partials, model->reduce_counters, a.logits,
-                            a.lnf + first * C, model->weights_t.wte, rows, C, Vp);
-        }
+        lm_head_chunk(a.logits, a.losses + first, a.classifier_scratch, a.dbtc + first * C, with_grads ? model->grads.wte : NULL, a.lnf_t,
+                      a.lnf + first * C, model->params.wte, model->weights_t.wte,
+                      with_targets ? model->targets + first : NULL, loss_weight / BT, rows, C, c->vocab_size,
+                      c->padded_vocab_size);
     }
     if (with_targets) {
         accumulate_loss_kernel<<<1, 1024>>>(model->step_stats, a.losses, (int)BT, loss_weight);
@@ -1947,6 +2031,14 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * btc, a.residual2 + (L - 1) * btc,
                       a.dbtc, p.lnfw, p.lnfb, BT, C);
     classifier_forward(model, targets != NULL, with_grads, loss_weight);
+}
+
+// logits[0..n) of row `row` of the last chunk of the last forward pass without targets.
+static void gpt2_read_logits(const GPT2* model, size_t row, int n, float* logits) {
+    size_t rows = (size_t)model->B * model->T % CLASSIFIER_CHUNK_ROWS;
+    if (rows == 0) { rows = std::min((size_t)model->B * model->T, CLASSIFIER_CHUNK_ROWS); }
+    cudaCheck(cudaMemcpy2D(logits, sizeof(float), model->acts.logits + row, rows * sizeof(float), sizeof(float), n,
+                           cudaMemcpyDeviceToHost));
 }
 
 static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float))); }
@@ -2029,11 +2121,8 @@ static void gpt2_backward(GPT2* model) {
     }
     main_waits_for_side(3);  // every weight gradient is in before the optimizer or the next forward
     TokenBuckets* tb = &model->buckets;
-    wte_backward_kernel<<<tb->num_buckets, 256>>>((float4*)g.wte, (const float4*)a.dresidual, model->bucket_tokens,
-                                                   model->bucket_starts, model->bucket_positions, C / 4);
-    cudaCheck(cudaGetLastError());
-    wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)g.wpe, (const float4*)a.dresidual, B, T, C / 4);
-    cudaCheck(cudaGetLastError());
+    encoder_backward(g.wte, g.wpe, a.dresidual, model->bucket_tokens, model->bucket_starts, model->bucket_positions,
+                     tb->num_buckets, B, T, C);
 }
 
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0);
@@ -2204,8 +2293,7 @@ static void generate(GPT2* model, const Tokenizer* tokenizer, int num_tokens) {
     for (int i = 0; i < num_tokens; i++) {
         int T = (int)tokens.size();
         gpt2_forward(model, tokens.data(), NULL, 1, T);
-        cudaCheck(cudaMemcpy(logits.data(), model->acts.logits + (size_t)(T - 1) * c->padded_vocab_size,
-                             c->vocab_size * sizeof(float), cudaMemcpyDeviceToHost));
+        gpt2_read_logits(model, T - 1, c->vocab_size, logits.data());
         int next = sample_token(logits.data(), c->vocab_size);
         tokens.push_back(next);
         printer.print_token(tokenizer, next, stdout);

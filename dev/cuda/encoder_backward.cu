@@ -4,9 +4,11 @@ Kernel lab: the encoder backward, from dout (B*T = 8192 tokens, C = 768):
 
   variant 1  naive: a thread per element of dout, float atomicAdd into dwte and dwpe
              (not deterministic)
-  variant 2  the trainer's wte_backward_kernel + wpe_backward_kernel, launched as gpt2_backward
-             does: the positions grouped by token on the host (token_buckets_build), a block per
-             token summing its positions in order; a thread per (t, 4 channels) summing b in order
+  variant 2  the trainer's encoder_backward (wte_backward_kernel + wpe_backward_kernel): the
+             positions grouped by token on the host (token_buckets_build), a block per token
+             summing its positions in order; a thread per (t, 4 channels) summing b in order
+  variant 3  as 2, the wte kernel loading 8 rows before adding them (in the same order): more
+             loads in flight for a frequent token's long bucket
 
 Each variant runs on uniform tokens and on skewed ones (u^4: a few ids frequent, as in text; the
 most frequent takes ~7% of the positions, which one block of variant 2 sums alone).
@@ -18,12 +20,14 @@ Bytes counted: dout read once, the touched rows of dwte and all of dwpe read and
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 2;
+static const int NUM_VARIANTS = 3;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: float atomicAdd per element",
     "2 trainer: token buckets, wte + wpe kernels",
+    "3 as 2, 8 rows in flight per thread",
 };
+static const int ROWS_IN_FLIGHT = 8;
 
 // Relative to max |value|: fp32 sums of up to B = 8 (dwpe) or several hundred (a frequent token's
 // dwte row) terms of size ~1, each addition rounding by up to 2^-24 of the running sum.
@@ -38,6 +42,25 @@ __global__ void atomic_kernel(float* dwte, float* dwpe, const float* dout, const
     atomicAdd(&dwpe[(size_t)t * C + c], dout[idx]);
 }
 
+__global__ void rows_in_flight_kernel(float4* dwte, const float4* dout, const int* bucket_tokens,
+                                      const int* bucket_starts, const int* bucket_positions, int C4) {
+    size_t token = bucket_tokens[blockIdx.x];
+    int begin = bucket_starts[blockIdx.x], end = bucket_starts[blockIdx.x + 1];
+    for (int c4 = threadIdx.x; c4 < C4; c4 += blockDim.x) {
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int i = begin;
+        for (; i + ROWS_IN_FLIGHT <= end; i += ROWS_IN_FLIGHT) {
+            float4 rows[ROWS_IN_FLIGHT];
+#pragma unroll
+            for (int u = 0; u < ROWS_IN_FLIGHT; u++) { rows[u] = dout[(size_t)bucket_positions[i + u] * C4 + c4]; }
+#pragma unroll
+            for (int u = 0; u < ROWS_IN_FLIGHT; u++) { sum = sum + rows[u]; }
+        }
+        for (; i < end; i++) { sum = sum + dout[(size_t)bucket_positions[i] * C4 + c4]; }
+        dwte[token * C4 + c4] = dwte[token * C4 + c4] + sum;
+    }
+}
+
 typedef struct {
     float *dwte, *dwpe, *dwte0, *dwpe0, *dout;
     int *tokens, *bucket_tokens, *bucket_starts, *bucket_positions;
@@ -49,13 +72,17 @@ static void launch_variant(int variant, const Buffers& d) {
     int B = d.B, T = d.T, C = d.C;
     if (variant == 1) {
         atomic_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(d.dwte, d.dwpe, d.dout, d.tokens, B, T, C);
+        cudaCheck(cudaGetLastError());
+    } else if (variant == 2) {
+        encoder_backward(d.dwte, d.dwpe, d.dout, d.bucket_tokens, d.bucket_starts, d.bucket_positions, d.num_buckets,
+                         B, T, C);
     } else {
-        wte_backward_kernel<<<d.num_buckets, 256>>>((float4*)d.dwte, (const float4*)d.dout, d.bucket_tokens,
-                                                    d.bucket_starts, d.bucket_positions, C / 4);
+        rows_in_flight_kernel<<<d.num_buckets, 256>>>((float4*)d.dwte, (const float4*)d.dout, d.bucket_tokens,
+                                                      d.bucket_starts, d.bucket_positions, C / 4);
         cudaCheck(cudaGetLastError());
         wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)d.dwpe, (const float4*)d.dout, B, T, C / 4);
+        cudaCheck(cudaGetLastError());
     }
-    cudaCheck(cudaGetLastError());
 }
 
 static void reset(const Buffers& d) {

@@ -4,17 +4,22 @@ per row the loss -log softmax(x)[target] and, in place, dlogits = (softmax(x) - 
 dloss, 0 in the padded columns.
 
   variant 1  naive: a block per row, three passes (max, sum of exp, write)
-  variant 2  the trainer's fused_classifier: a block per row, the running max and sum in one pass
-             (4 float4 loads in flight per thread, one exp per value), then the write pass (the row
-             read twice, the second time partly from L2)
+  variant 2  the trainer's fused_classifier, on the logits transposed (Vp, N) as the trainer keeps
+             them: a block per 128 rows (512-byte reads) and slice of the vocabulary, its warps
+             striding over the slice; a first kernel writes each slice's running max and sum per
+             row (4 loads in flight, one exp per value), a second combines them in slice order and
+             writes
   variant 3  a block per row, the row held in shared memory (201 KB): read once from memory
   variant 4  UNROLL float4 loads in flight per thread in both passes, one exp per value (the
              running sum rescaled once per UNROLL float4), a multiply by dloss / sum
   Fusion (d), the LM head in row chunks, as the trainer's classifier_forward: per chunk the
   logits product, the classifier, then the two backward products (dlnf and dwte) use the chunk's
   dlogits before the next chunk reuses the buffer; the logits buffer shrinks with the chunk:
-  variant 5  matmul_forward, fused_classifier, matmul_backward per chunk of 8192 (all at once),
-             4096, 2048 and 1024 rows; one row each
+  variant 5  the trainer's lm_head_chunk (logits product, fused_classifier, dlnf and dwte
+             products, all on the transposed logits) per chunk of 8192 (all at once), 4096, 2048
+             and 1024 rows; one row each
+  variant 6  the trainer's kernel before the transposed layout: a block per row, the running max
+             and sum in one pass (4 float4 loads in flight per thread), then the write pass
 
   ./fused_classifier [variant ...]
 
@@ -23,14 +28,15 @@ Bytes counted (1-4): the logits read once, dlogits written once, targets read, l
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 5;
+static const int NUM_VARIANTS = 6;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: block per row, three passes",
-    "2 trainer: fused_classifier, online max/sum",
+    "2 trainer: fused_classifier, transposed, 2 kernels",
     "3 block per row, row in shared memory",
     "4 both passes with 4 float4 loads in flight, 1 exp/value",
     "5 (d) trainer's LM head fwd+bwd in row chunks",
+    "6 block per row, online max/sum (trainer before 2)",
 };
 
 // Relative to the largest |loss| and |dlogit|: float exp and log, sums of V = 50257 terms.
@@ -42,6 +48,7 @@ static const int CHECKED_HEAD_ROWS = 4;     // variant 5: each row needs 2 Vp C 
 static const int CHECKED_WTE_ROWS = 16;     // variant 5: rows of dwte compared
 static const int SHARED_ROW_BLOCK = 1024;
 static const int UNROLL = 4;  // variant 4: float4 loads in flight per thread
+static float* g_classifier_scratch;  // variant 2's per-row statistics
 
 // ----------------------------------------------------------------------------------------------
 
@@ -101,6 +108,60 @@ __global__ void __launch_bounds__(SHARED_ROW_BLOCK) shared_row_kernel(float* log
             out[k] = i < V ? (expf(x[i] - max_value) / sum - (i == target ? 1.0f : 0.0f)) * dloss : 0.0f;
         }
         x4[i4] = make_float4(out[0], out[1], out[2], out[3]);
+    }
+}
+
+// Variant 6, the trainer's kernel before the transposed logits: a block per row, the running max
+// and sum in one pass (4 float4 loads in flight per thread, one exp per value), then the write
+// pass. The target's logit is read before the block reduction's barrier.
+__global__ void row_online_kernel(float* logits, float* losses, const int* targets, float dloss, int V, int Vp) {
+    __shared__ SoftmaxStats warp_stats[32];
+    __shared__ float target_logit;
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    float4* row4 = (float4*)(logits + (size_t)blockIdx.x * Vp);
+    int target = targets[blockIdx.x];
+    if (threadIdx.x == 0) { target_logit = logits[(size_t)blockIdx.x * Vp + target]; }
+
+    // Each thread: 4 float4 loads in flight, then one rescale of its running sum and one exp per value.
+    SoftmaxStats stats = {-FLT_MAX, 0.0f};
+    const int V4 = Vp / 4, UNROLL = 4;
+    for (int first = threadIdx.x; first < V4; first += UNROLL * blockDim.x) {
+        float x[UNROLL * 4];
+        for (int u = 0; u < UNROLL; u++) {
+            int i4 = first + u * blockDim.x;
+            float4 x4 = i4 < V4 ? row4[i4] : make_float4(-FLT_MAX, -FLT_MAX, -FLT_MAX, -FLT_MAX);
+            x[4 * u] = x4.x, x[4 * u + 1] = x4.y, x[4 * u + 2] = x4.z, x[4 * u + 3] = x4.w;
+        }
+        float chunk_max = stats.max;
+        for (int u = 0; u < UNROLL * 4; u++) {
+            if (4 * (first + u / 4 * blockDim.x) + u % 4 < V) { chunk_max = fmaxf(chunk_max, x[u]); }
+        }
+        stats.sum *= expf(stats.max - chunk_max);
+        stats.max = chunk_max;
+        for (int u = 0; u < UNROLL * 4; u++) {
+            if (4 * (first + u / 4 * blockDim.x) + u % 4 < V) { stats.sum += expf(x[u] - chunk_max); }
+        }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+        SoftmaxStats other = {warp.shfl_xor(stats.max, offset), warp.shfl_xor(stats.sum, offset)};
+        stats = softmax_stats_combine(stats, other);
+    }
+    if (warp.thread_rank() == 0) { warp_stats[warp.meta_group_rank()] = stats; }
+    block.sync();
+    stats = warp_stats[0];
+    for (int w = 1; w < warp.meta_group_size(); w++) { stats = softmax_stats_combine(stats, warp_stats[w]); }
+
+    if (threadIdx.x == 0) { losses[blockIdx.x] = stats.max + logf(stats.sum) - target_logit; }
+    for (int i4 = threadIdx.x; i4 < Vp / 4; i4 += blockDim.x) {
+        float4 x4 = row4[i4];
+        float x[4] = {x4.x, x4.y, x4.z, x4.w};
+        for (int k = 0; k < 4; k++) {
+            int i = 4 * i4 + k;
+            float prob = i < V ? expf(x[k] - stats.max) / stats.sum : 0.0f;
+            x[k] = i < V ? (prob - (i == target ? 1.0f : 0.0f)) * dloss : 0.0f;
+        }
+        row4[i4] = make_float4(x[0], x[1], x[2], x[3]);
     }
 }
 
@@ -173,7 +234,10 @@ static void launch_classifier(int variant, float* logits, float* losses, const i
         naive_kernel<<<N, 1024>>>(logits, losses, targets, dloss, LAB_V, LAB_VP);
         cudaCheck(cudaGetLastError());
     } else if (variant == 2) {
-        fused_classifier(logits, losses, targets, dloss, N, LAB_V, LAB_VP);
+        fused_classifier(logits, losses, g_classifier_scratch, targets, dloss, N, LAB_V, LAB_VP);
+    } else if (variant == 6) {
+        row_online_kernel<<<N, 1024>>>(logits, losses, targets, dloss, LAB_V, LAB_VP);
+        cudaCheck(cudaGetLastError());
     } else if (variant == 4) {
         unrolled_kernel<<<N, 1024>>>(logits, losses, targets, dloss, LAB_V, LAB_VP);
         cudaCheck(cudaGetLastError());
@@ -189,19 +253,17 @@ static void launch_classifier(int variant, float* logits, float* losses, const i
 // Variant 5: the LM head as the trainer runs it, chunk_rows rows at a time.
 
 typedef struct {
-    float *lnf, *wte, *wte_t, *dwte, *dwte0, *dlnf, *logits, *losses, *partials;  // wte_t (C, Vp): wte transposed
+    float *lnf, *lnf_t, *wte, *wte_t, *dwte, *dwte0, *dlnf, *logits, *losses, *scratch;  // *_t: transposed
     int* targets;
-    unsigned int* counters;
     int N, C;
 } Head;
 
 static void launch_head(const Head& h, int chunk_rows) {
     for (int first = 0; first < h.N; first += chunk_rows) {
         int rows = std::min(chunk_rows, h.N - first);
-        matmul_forward(h.logits, h.lnf + (size_t)first * h.C, h.wte, NULL, rows, h.C, LAB_VP);
-        fused_classifier(h.logits, h.losses + first, h.targets + first, 1.0f / h.N, rows, LAB_V, LAB_VP);
-        matmul_backward(h.dlnf + (size_t)first * h.C, h.dwte, NULL, h.partials, h.counters, h.logits,
-                        h.lnf + (size_t)first * h.C, h.wte_t, rows, h.C, LAB_VP);
+        lm_head_chunk(h.logits, h.losses + first, h.scratch, h.dlnf + (size_t)first * h.C, h.dwte, h.lnf_t,
+                      h.lnf + (size_t)first * h.C, h.wte, h.wte_t, h.targets + first, 1.0f / h.N, rows, h.C, LAB_V,
+                      LAB_VP);
     }
 }
 
@@ -218,6 +280,15 @@ static double cpu_row(const float* logits, int target, double dloss, double* dlo
     return max_value + log(sum) - logits[target];
 }
 
+// Row `row` of N rows of logits, laid out as the variant takes them: (N, Vp), or (Vp, N) for 2.
+static std::vector<float> download_row(int variant, const float* logits, int row, int N) {
+    std::vector<float> values(LAB_VP);
+    bool transposed = variant == 2;
+    cudaCheck(cudaMemcpy2D(values.data(), sizeof(float), logits + (transposed ? row : (size_t)row * LAB_VP),
+                           (transposed ? N : 1) * sizeof(float), sizeof(float), LAB_VP, cudaMemcpyDeviceToHost));
+    return values;
+}
+
 static double check_classifier(int variant, float* logits, float* losses, int* targets, int N) {
     size_t n = (size_t)N * LAB_VP;
     fill_uniform(logits, n, -8.0f, 8.0f);
@@ -225,7 +296,7 @@ static double check_classifier(int variant, float* logits, float* losses, int* t
     poison(losses, N);
     std::vector<int> rows = sample_rows(N, CHECKED_ROWS);
     std::vector<std::vector<float>> inputs;
-    for (int row : rows) { inputs.push_back(download(logits + (size_t)row * LAB_VP, LAB_VP)); }
+    for (int row : rows) { inputs.push_back(download_row(variant, logits, row, N)); }
     launch_classifier(variant, logits, losses, targets, 1.0f / N, N);
     std::vector<int> target = download_ints(targets, N);
     std::vector<float> loss = download(losses, N);
@@ -233,7 +304,7 @@ static double check_classifier(int variant, float* logits, float* losses, int* t
     std::vector<double> dlogits(LAB_VP);
     for (size_t k = 0; k < rows.size(); k++) {
         error_add(&loss_error, loss[rows[k]], cpu_row(inputs[k].data(), target[rows[k]], 1.0 / N, dlogits.data()));
-        std::vector<float> got = download(logits + (size_t)rows[k] * LAB_VP, LAB_VP);
+        std::vector<float> got = download_row(variant, logits, rows[k], N);
         for (int i = 0; i < LAB_VP; i++) { error_add(&dlogits_error, got[i], dlogits[i]); }
     }
     bool all_written = count_non_finite(logits, n) + count_non_finite(losses, N) == 0;
@@ -300,8 +371,7 @@ static double check_head(const Head& h, HeadReference* ref, int chunk_rows) {
         std::vector<float> lnf = download(h.lnf, (size_t)h.N * C), dwte0 = download(h.dwte0, (size_t)LAB_VP * C);
         std::vector<float> column(h.N);
         for (int v : ref->wte_rows) {
-            cudaCheck(cudaMemcpy2D(column.data(), sizeof(float), h.logits + v, LAB_VP * sizeof(float), sizeof(float),
-                                   h.N, cudaMemcpyDeviceToHost));
+            column = download(h.logits + (size_t)v * h.N, h.N);  // the logits are kept transposed
             for (int c = 0; c < C; c++) {
                 double sum = dwte0[(size_t)v * C + c];
                 for (int row = 0; row < h.N; row++) { sum += (double)column[row] * lnf[(size_t)row * C + c]; }
@@ -317,11 +387,10 @@ static double check_head(const Head& h, HeadReference* ref, int chunk_rows) {
 
 static void run_head(int N) {
     int C = LAB_C;
-    Head h = {gpu_floats((size_t)N * C), gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)C * LAB_VP),
-              gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)N * C), gpu_floats((size_t)N * LAB_VP),
-              gpu_floats(N), gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * LAB_VP), gpu_ints(N),
-              (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS), N, C};
-    cudaCheck(cudaMemset(h.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
+    Head h = {gpu_floats((size_t)N * C), gpu_floats((size_t)C * N), gpu_floats((size_t)LAB_VP * C),
+              gpu_floats((size_t)C * LAB_VP), gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)LAB_VP * C),
+              gpu_floats((size_t)N * C), gpu_floats((size_t)N * LAB_VP), gpu_floats(N),
+              gpu_floats((size_t)(2 * CLASSIFIER_MAX_SLICES + 1) * N), gpu_ints(N), N, C};
     fill_uniform(h.lnf, (size_t)N * C, -2.0f, 2.0f);
     fill_uniform(h.wte, (size_t)LAB_VP * C, -0.05f, 0.05f);
     transpose_matrices(h.wte_t, h.wte, LAB_VP, C, 1);
@@ -353,7 +422,8 @@ int main(int argc, char** argv) {
     const int N = LAB_ROWS;
     float *logits = gpu_floats((size_t)N * LAB_VP), *saved = gpu_floats((size_t)N * LAB_VP), *losses = gpu_floats(N);
     int* targets = gpu_ints(N);
-    for (int variant = 1; variant <= 4; variant++) {
+    g_classifier_scratch = gpu_floats((size_t)(2 * CLASSIFIER_MAX_SLICES + 1) * N);
+    for (int variant : {1, 2, 3, 4, 6}) {
         if (variant_selected(variant)) { run_classifier(variant, logits, saved, losses, targets, N); }
     }
     gpu_free_all();

@@ -4,8 +4,8 @@ C = 768 in, OC = 3072 out), from dout (N, OC), inp (N, C), weight (OC, C):
   dinp (N, C) = dout @ weight,   dweight (OC, C) += dout^T @ inp,   dbias (OC) += column sums of dout
 
   variant 1  naive: a thread per output of each (dinp, dweight, dbias), FP32
-  variant 2  the trainer's matmul_backward: cuBLASLt TF32 for dinp (from the transposed weight
-             copy, weight_t) and dweight, bias_backward (per-chunk partials, the last block of
+  variant 2  the trainer's matmul_backward_input and matmul_backward_weight: cuBLASLt TF32 for
+             dinp (from the transposed weight copy, weight_t) and dweight, bias_backward (per-chunk partials, the last block of
              each column group adds them in order)
   variant 3  the same launcher in full FP32 (the trainer's -f 0)
   variant 4  cuBLASLt TF32, the bias gradient fused into the dweight product (BGRADB epilogue;
@@ -31,7 +31,7 @@ static const int NUM_VARIANTS = 8;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: thread per output, FP32",
-    "2 trainer: matmul_backward, TF32 + bias_backward",
+    "2 trainer: dinp + dweight GEMMs, TF32, bias_backward",
     "3 trainer's launcher in FP32 (-f 0)",
     "4 TF32, dbias by the dweight GEMM's BGRADB epilogue",
     "5 (c) fcproj dinp GEMM + DGELU_BGRAD epilogue",
@@ -155,7 +155,8 @@ static void launch_variant(int variant, const Buffers& d) {
         cudaCheck(cudaGetLastError());
     } else if (variant == 2 || variant == 3) {
         g_use_tf32 = variant == 2;
-        matmul_backward(d.dinp, d.dweight, d.dbias, d.partials, d.counters, d.dout, d.inp, d.weight_t, N, C, OC);
+        matmul_backward_input(d.dinp, d.dout, d.weight_t, N, C, OC);
+        matmul_backward_weight(d.dweight, d.dbias, d.partials, d.counters, d.dout, d.inp, N, C, OC);
         g_use_tf32 = true;
     } else if (variant == 4) {
         matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
