@@ -68,7 +68,8 @@ if [ "$kernels" = 1 ] && command -v ncu > /dev/null; then
   ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
     --launch-count 800 ./train_gpt2_fp32 -e d12 -A "$kind" -b "$B" -t 1024 -x 1 -v 0 -s 0 -i "$data" \
     > "$logs/ncu.csv" 2> /dev/null || true
-  awk -F'","' 'BEGIN { ms["nsecond"] = 1e-6; ms["usecond"] = 1e-3; ms["msecond"] = 1; ms["second"] = 1e3 }
+  awk -F'","' 'BEGIN { ms["ns"] = ms["nsecond"] = 1e-6; ms["us"] = ms["usecond"] = 1e-3; ms["ms"] = ms["msecond"] = 1
+            ms["s"] = ms["second"] = 1e3 }
     $0 ~ /gpu__time_duration/ && $5 !~ /init_normal/ { name = $5; sub(/\(.*/, "", name); sub(/^void /, "", name)
       value = $NF; gsub(/[",]/, "", value); t[name] += value * ms[$(NF - 1)]; total += value * ms[$(NF - 1)] }
     END { for (k in t) printf "%8.3f ms %5.1f%%  %s\n", t[k], 100 * t[k] / total, k; printf "%8.3f ms total\n", total }' \
