@@ -202,17 +202,17 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
     size_t offset = (size_t)row * C4;
     float4 x[CHUNKS];
     float sum = 0.0f;
-    for (int k = 0; k < CHUNKS; k++) {
+    for (int k = 0; k < CHUNKS; k++) {  // all loads before the residual stores, which could alias them
         int c4 = lane + 32 * k;
         x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (c4 < C4) {
             x[k] = ((const float4*)inp)[offset + c4];
-            if (inp2 != NULL) {
-                x[k] = x[k] + ((const float4*)inp2)[offset + c4];
-                ((float4*)residual_out)[offset + c4] = x[k];
-            }
+            if (inp2 != NULL) { x[k] = x[k] + ((const float4*)inp2)[offset + c4]; }
         }
         sum += sum4(x[k]);
+    }
+    for (int k = 0; k < CHUNKS && inp2 != NULL; k++) {
+        if (lane + 32 * k < C4) { ((float4*)residual_out)[offset + lane + 32 * k] = x[k]; }
     }
     float m = cg::reduce(warp, sum, cg::plus<float>()) / C;
     float sum_sq = 0.0f;
@@ -514,17 +514,23 @@ __global__ void bias_backward_kernel(float* dbias, float* partials, unsigned int
     if (c4 < OC4) {
         int row = blockIdx.y * rows_per_chunk + w, stride = warp.meta_group_size();
         for (; row < row_end; row += 4 * stride) {
+            float4 d[4], x[4];  // the four rows loaded before any is written (stores could alias later loads)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int r = row + k * stride;
+                size_t i = (size_t)r * OC4 + c4;
+                d[k] = r < row_end ? ((float4*)dout)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (gelu_inp != NULL) { x[k] = r < row_end ? ((const float4*)gelu_inp)[i] : d[k]; }
+            }
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 int r = row + k * stride;
                 if (r >= row_end) { break; }
-                size_t i = (size_t)r * OC4 + c4;
-                float4 d = ((float4*)dout)[i];
                 if (gelu_inp != NULL) {
-                    d = d * gelu_grad4(((const float4*)gelu_inp)[i]);
-                    ((float4*)dout)[i] = d;
+                    d[k] = d[k] * gelu_grad4(x[k]);
+                    ((float4*)dout)[(size_t)r * OC4 + c4] = d[k];
                 }
-                sums[k] = sums[k] + d;
+                sums[k] = sums[k] + d[k];
             }
         }
     }
@@ -1459,14 +1465,29 @@ __global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_write_kernel(floa
         target[k] = targets[row];
         if (blockIdx.y == 0 && w == 0) { losses[row] = stats[k].max + logf(stats[k].sum) - target_logits[row]; }
     }
-#pragma unroll 2
-    for (int v = begin + w; v < end; v += warps) {
+    // UNROLL entries of the K rows loaded before any is written (stores could alias later loads)
+    const int UNROLL = 4;
+    for (int first = begin + w; first < end; first += UNROLL * warps) {
+        float x[UNROLL][K];
 #pragma unroll
-        for (int k = 0; k < K; k++) {
-            int row = first_row + warp.thread_rank() + 32 * k;
-            if (row >= R) { continue; }
-            float* x = logits_t + (size_t)v * R + row;
-            *x = v < V ? (expf(*x - stats[k].max) / stats[k].sum - (v == target[k] ? 1.0f : 0.0f)) * dloss : 0.0f;
+        for (int u = 0; u < UNROLL; u++) {
+            int v = first + u * warps;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                int row = first_row + warp.thread_rank() + 32 * k;
+                x[u][k] = v < min(end, V) && row < R ? logits_t[(size_t)v * R + row] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            int v = first + u * warps;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                int row = first_row + warp.thread_rank() + 32 * k;
+                if (v >= end || row >= R) { continue; }
+                float d = (expf(x[u][k] - stats[k].max) / stats[k].sum - (v == target[k] ? 1.0f : 0.0f)) * dloss;
+                logits_t[(size_t)v * R + row] = v < V ? d : 0.0f;
+            }
         }
     }
 }
