@@ -76,19 +76,23 @@ __device__ inline float4 operator*(float4 a, float4 b) { return make_float4(a.x 
 __device__ inline float4 operator*(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
 __device__ inline float sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
 
-// Sum over the block, returned to every thread; a fixed reduction tree, so deterministic.
-__device__ float block_sum(float value) {
-    __shared__ float warp_sums[32];
+// Reduction over the block with op (identity: its neutral value), returned to every thread; a
+// fixed reduction tree, so deterministic.
+template <typename Op>
+__device__ float block_reduce(float value, Op op, float identity) {
+    __shared__ float warp_results[32];
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    float warp_sum = cg::reduce(warp, value, cg::plus<float>());
-    if (warp.thread_rank() == 0) { warp_sums[warp.meta_group_rank()] = warp_sum; }
+    float warp_result = cg::reduce(warp, value, op);
+    if (warp.thread_rank() == 0) { warp_results[warp.meta_group_rank()] = warp_result; }
     block.sync();
-    float partial = warp.thread_rank() < warp.meta_group_size() ? warp_sums[warp.thread_rank()] : 0.0f;
-    float total = cg::reduce(warp, partial, cg::plus<float>());
+    float partial = warp.thread_rank() < warp.meta_group_size() ? warp_results[warp.thread_rank()] : identity;
+    float result = cg::reduce(warp, partial, op);
     block.sync();
-    return total;
+    return result;
 }
+
+__device__ float block_sum(float value) { return block_reduce(value, cg::plus<float>(), 0.0f); }
 
 // Cross-block reductions without float atomics: each block of a group writes its partial sums,
 // then calls this; it returns true in the one block that arrives last, which then sums all
@@ -164,7 +168,7 @@ typedef struct {
     std::vector<int> tokens;     // [num_buckets] token id of each bucket
     std::vector<int> starts;     // [num_buckets + 1] bucket i holds positions[starts[i] .. starts[i+1])
     std::vector<int> positions;  // [B*T] positions b*T + t, increasing within a bucket
-    std::vector<int> counts;     // [V] scratch
+    std::vector<int> counts;     // [V] scratch: each token's count, then its next slot in positions
 } TokenBuckets;
 
 static void token_buckets_build(TokenBuckets* tb, const int* tokens, int n, int vocab_size) {
@@ -172,19 +176,18 @@ static void token_buckets_build(TokenBuckets* tb, const int* tokens, int n, int 
     for (int i = 0; i < n; i++) { tb->counts[tokens[i]]++; }
     tb->tokens.clear();
     tb->starts.clear();
-    std::vector<int> next(vocab_size);
     int offset = 0;
-    for (int v = 0; v < vocab_size; v++) {
+    for (int v = 0; v < vocab_size; v++) {  // counts[v] becomes where token v's next position goes
         if (tb->counts[v] == 0) { continue; }
         tb->tokens.push_back(v);
         tb->starts.push_back(offset);
-        next[v] = offset;
         offset += tb->counts[v];
+        tb->counts[v] = tb->starts.back();
     }
     tb->starts.push_back(offset);
     tb->num_buckets = (int)tb->tokens.size();
     tb->positions.resize(n);
-    for (int i = 0; i < n; i++) { tb->positions[next[tokens[i]]++] = i; }
+    for (int i = 0; i < n; i++) { tb->positions[tb->counts[tokens[i]]++] = i; }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1389,6 +1392,22 @@ static const int CLASSIFIER_ROWS = 32 * CLASSIFIER_ROWS_PER_LANE;  // rows per b
 
 __device__ inline int classifier_slice_size(int Vp) { return ceil_div(Vp, gridDim.y); }
 
+// x[u][k] = the logit of vocabulary entry first + u * stride for the lane's row k (row0 + 32k), or
+// fill where the entry is at or past end or the row at or past R.
+template <int UNROLL>
+__device__ inline void classifier_load(float (*x)[CLASSIFIER_ROWS_PER_LANE], const float* logits_t, int first,
+                                       int stride, int end, int row0, int R, float fill) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        int v = first + u * stride;
+#pragma unroll
+        for (int k = 0; k < CLASSIFIER_ROWS_PER_LANE; k++) {
+            int row = row0 + 32 * k;
+            x[u][k] = v < end && row < R ? logits_t[(size_t)v * R + row] : fill;
+        }
+    }
+}
+
 __global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_stats_kernel(SoftmaxStats* slice_stats,
                                                                             float* target_logits,
                                                                             const float* logits_t, const int* targets,
@@ -1405,15 +1424,7 @@ __global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_stats_kernel(Soft
     const int UNROLL = 2;
     for (int first = begin + w; first < end; first += UNROLL * warps) {
         float x[UNROLL][K];
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            int v = first + u * warps;
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                int row = first_row + warp.thread_rank() + 32 * k;
-                x[u][k] = v < end && row < R ? logits_t[(size_t)v * R + row] : -FLT_MAX;
-            }
-        }
+        classifier_load<UNROLL>(x, logits_t, first, warps, end, first_row + warp.thread_rank(), R, -FLT_MAX);
 #pragma unroll
         for (int k = 0; k < K; k++) {
             float chunk_max = stats[k].max;
@@ -1469,15 +1480,7 @@ __global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_write_kernel(floa
     const int UNROLL = 4;
     for (int first = begin + w; first < end; first += UNROLL * warps) {
         float x[UNROLL][K];
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            int v = first + u * warps;
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                int row = first_row + warp.thread_rank() + 32 * k;
-                x[u][k] = v < min(end, V) && row < R ? logits_t[(size_t)v * R + row] : 0.0f;
-            }
-        }
+        classifier_load<UNROLL>(x, logits_t, first, warps, min(end, V), first_row + warp.thread_rank(), R, 0.0f);
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             int v = first + u * warps;

@@ -52,18 +52,7 @@ static float* g_classifier_scratch;  // variant 2's per-row statistics
 
 // ----------------------------------------------------------------------------------------------
 
-__device__ float block_max(float value) {
-    __shared__ float warp_maxima[32];
-    cg::thread_block block = cg::this_thread_block();
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    float warp_max = cg::reduce(warp, value, cg::greater<float>());
-    if (warp.thread_rank() == 0) { warp_maxima[warp.meta_group_rank()] = warp_max; }
-    block.sync();
-    float partial = warp.thread_rank() < warp.meta_group_size() ? warp_maxima[warp.thread_rank()] : -FLT_MAX;
-    float result = cg::reduce(warp, partial, cg::greater<float>());
-    block.sync();
-    return result;
-}
+__device__ float block_max(float value) { return block_reduce(value, cg::greater<float>(), -FLT_MAX); }
 
 __global__ void naive_kernel(float* logits, float* losses, const int* targets, float dloss, int V, int Vp) {
     float* x = logits + (size_t)blockIdx.x * Vp;
