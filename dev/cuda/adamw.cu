@@ -31,17 +31,22 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt;
 } Hyper;
 
-__global__ void naive_kernel(float* params, float* m_memory, float* v_memory, const float* grads, size_t n,
-                             const float* grad_scale, Hyper h, float decay) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) { return; }
-    float g = grads[i] * *grad_scale;
+// One parameter's AdamW update, scalar.
+__device__ inline void adamw_scalar(float* params, float* m_memory, float* v_memory, const float* grads, size_t i,
+                                    float grad_scale, const Hyper& h, float decay) {
+    float g = grads[i] * grad_scale;
     float m = h.beta1 * m_memory[i] + (1.0f - h.beta1) * g;
     float v = h.beta2 * v_memory[i] + (1.0f - h.beta2) * g * g;
     m_memory[i] = m;
     v_memory[i] = v;
     params[i] = params[i] * (1.0f - h.lr * decay) -
                 (h.lr / h.bias_correction1) * m / (sqrtf(v) / h.bias_correction2_sqrt + h.eps);
+}
+
+__global__ void naive_kernel(float* params, float* m_memory, float* v_memory, const float* grads, size_t n,
+                             const float* grad_scale, Hyper h, float decay) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { adamw_scalar(params, m_memory, v_memory, grads, i, *grad_scale, h, decay); }
 }
 
 __global__ void scalar_table_kernel(float* params, float* m_memory, float* v_memory, const float* grads, size_t n,
@@ -51,13 +56,7 @@ __global__ void scalar_table_kernel(float* params, float* m_memory, float* v_mem
     int tensor = 0;
     while (i >= table.end[tensor]) { tensor++; }
     float decay = (table.decay_mask >> tensor) & 1u ? h.weight_decay : 0.0f;
-    float g = grads[i] * *grad_scale;
-    float m = h.beta1 * m_memory[i] + (1.0f - h.beta1) * g;
-    float v = h.beta2 * v_memory[i] + (1.0f - h.beta2) * g * g;
-    m_memory[i] = m;
-    v_memory[i] = v;
-    params[i] = params[i] * (1.0f - h.lr * decay) -
-                (h.lr / h.bias_correction1) * m / (sqrtf(v) / h.bias_correction2_sqrt + h.eps);
+    adamw_scalar(params, m_memory, v_memory, grads, i, *grad_scale, h, decay);
 }
 
 typedef struct {
