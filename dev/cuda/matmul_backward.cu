@@ -17,17 +17,15 @@ C = 768 in, OC = 3072 out), from dout (N, OC), inp (N, C), weight (OC, C):
              backward applied in place while the fc bias gradient is summed)
   variant 7  as 2, each product with the fastest of cuBLASLt's first 16 heuristic algorithms,
              timed here on these shapes (autotuning, instead of the heuristic's first choice)
-  variant 8  as 2, the bias gradient with BIAS_ROWS_IN_FLIGHT running sums per thread, so as many
-             rows in flight (the trainer's bias_backward keeps one: latency-bound)
 
   ./matmul_backward [variant ...]
 
-FLOPs counted: 4 N C OC for variants 1-4, 7 and 8 (two products), 2 N C OC for 5-6 (one); the bias
+FLOPs counted: 4 N C OC for variants 1-4 and 7 (two products), 2 N C OC for 5-6 (one); the bias
 gradient and the GELU are not counted.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 8;
+static const int NUM_VARIANTS = 7;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: thread per output, FP32",
@@ -37,7 +35,6 @@ static const char* const VARIANT_NAMES[] = {
     "5 (c) fcproj dinp GEMM + DGELU_BGRAD epilogue",
     "6 (c) trainer's: dinp GEMM, bias_backward(gelu_inp)",
     "7 as 2, each GEMM autotuned over 16 cuBLASLt algorithms",
-    "8 as 2, bias gradient with 4 rows in flight per thread",
 };
 
 // Relative to each output's max |value|. FP32: sums of up to N = 8192 terms (naive: in sequence).
@@ -45,7 +42,6 @@ static const char* const VARIANT_NAMES[] = {
 static const double FP32_TOLERANCE = 5e-5, TF32_TOLERANCE = 5e-3;
 static const int CHECKED_ROWS = 64, CHECKED_WEIGHTS = 4096;
 static const int AUTOTUNE_CANDIDATES = 16;
-static const int BIAS_ROWS_IN_FLIGHT = 4;
 
 static bool uses_tf32(int variant) { return variant != 1 && variant != 3; }
 static bool gelu_pair(int variant) { return variant == 5 || variant == 6; }
@@ -85,55 +81,6 @@ __global__ void add_kernel(float* dst, const float* src, int n) {
     if (i < n) { dst[i] += src[i]; }
 }
 
-// Variant 8: dbias[o] += column sums of dout, laid out as the trainer's bias_backward_kernel
-// (block (x, y): float4 columns [32x, 32x + 32) over the rows of chunk y; the last block of
-// column group x adds the chunks' partials in chunk order), each thread with BIAS_ROWS_IN_FLIGHT
-// running sums over interleaved rows, added in a fixed order at the end.
-__global__ void bias_rows_in_flight_kernel(float* dbias, float* partials, unsigned int* counters, const float* dout,
-                                           int N, int OC) {
-    __shared__ float4 warp_sums[32][32];
-    cg::thread_block block = cg::this_thread_block();
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    int OC4 = OC / 4, lane = warp.thread_rank(), w = warp.meta_group_rank(), step = warp.meta_group_size();
-    int c4 = blockIdx.x * 32 + lane;
-    int rows_per_chunk = ceil_div(N, gridDim.y);
-    int row = blockIdx.y * rows_per_chunk + w, row_end = min(N, (int)(blockIdx.y + 1) * rows_per_chunk);
-    const float4* dout4 = (const float4*)dout;
-    float4 sums[BIAS_ROWS_IN_FLIGHT] = {};
-    if (c4 < OC4) {
-        for (; row + (BIAS_ROWS_IN_FLIGHT - 1) * step < row_end; row += BIAS_ROWS_IN_FLIGHT * step) {
-#pragma unroll
-            for (int u = 0; u < BIAS_ROWS_IN_FLIGHT; u++) { sums[u] = sums[u] + dout4[(size_t)(row + u * step) * OC4 + c4]; }
-        }
-        for (; row < row_end; row += step) { sums[0] = sums[0] + dout4[(size_t)row * OC4 + c4]; }
-    }
-    float4 sum = sums[0];
-    for (int u = 1; u < BIAS_ROWS_IN_FLIGHT; u++) { sum = sum + sums[u]; }
-    warp_sums[w][lane] = sum;
-    block.sync();
-    float4* partials4 = (float4*)partials;
-    if (w == 0 && c4 < OC4) {
-        float4 block_total = warp_sums[0][lane];
-        for (int i = 1; i < step; i++) { block_total = block_total + warp_sums[i][lane]; }
-        partials4[(size_t)blockIdx.y * OC4 + c4] = block_total;
-    }
-    if (!arrive_last_in_group(&counters[blockIdx.x], gridDim.y)) { return; }
-    if (w == 0 && c4 < OC4) {
-        float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (unsigned int y = 0; y < gridDim.y; y++) { total = total + __ldcg(&partials4[(size_t)y * OC4 + c4]); }
-        ((float4*)dbias)[c4] = ((float4*)dbias)[c4] + total;
-    }
-}
-
-// The trainer's grid for bias_backward: column groups of 32 float4, chunks of rows to fill the chip.
-static void bias_rows_in_flight(float* dbias, float* partials, unsigned int* counters, const float* dout, int N, int OC) {
-    unsigned int groups = ceil_div(OC / 4, 32);
-    unsigned int chunks = std::max(1u, std::min((unsigned int)BIAS_BACKWARD_MAX_CHUNKS,
-                                                std::min(ceil_div(N, 64), ceil_div(2 * g_num_sms, groups))));
-    bias_rows_in_flight_kernel<<<dim3(groups, chunks), 256>>>(dbias, partials, counters, dout, N, OC);
-    cudaCheck(cudaGetLastError());
-}
-
 typedef struct {
     // variants 1-4: the fc layer
     float *dinp, *dweight, *dbias, *dout, *inp, *weight, *weight_t;  // weight_t (C, OC): weight transposed
@@ -170,35 +117,26 @@ static void launch_variant(int variant, const Buffers& d) {
     } else if (variant == 6) {
         matmul(d.dfch, d.fcprojw, d.dresidual, NULL, OC, N, C, false, false, 1.0f, 0.0f);
         bias_backward(d.dfcb, d.partials, d.counters, d.dfch, d.fch, N, OC);
-    } else if (variant == 7) {
+    } else {
         lt_run(&d.dinp_plan, d.dinp, d.weight, d.dout, 0.0f);
         lt_run(&d.dweight_plan, d.dweight, d.inp, d.dout, 1.0f);
         bias_backward(d.dbias, d.partials, d.counters, d.dout, NULL, N, OC);
-    } else {
-        matmul_backward_input(d.dinp, d.dout, d.weight_t, N, C, OC);
-        matmul(d.dweight, d.inp, d.dout, NULL, C, OC, N, false, true, 1.0f, 1.0f);
-        bias_rows_in_flight(d.dbias, d.partials, d.counters, d.dout, N, OC);
     }
 }
 
 // The parts of variant 2 alone (the trainer's dinp and dweight products and bias_backward), the
 // dinp product from the weight as stored (the trainer's before weight_t; cuBLASLt then reads the
-// weight along its rows' stride), the weight transposition itself, and variant 8's bias gradient.
-static const int NUM_PARTS = 6;
+// weight along its rows' stride) and the weight transposition itself.
+static const int NUM_PARTS = 5;
 static const char* const PART_NAMES[] = {"2 trainer, part: dinp GEMM (weight_t)", "2 trainer, part: dweight GEMM",
-                                         "2 trainer, part: bias_backward", "8, part: bias gradient, 4 rows in flight",
-                                         "dinp GEMM from the weight as stored", "transpose_matrices of the weight"};
-
-static bool part_of(int variant, int part) {
-    return variant == 2 ? part != 3 : variant == 8 && part == 3;
-}
+                                         "2 trainer, part: bias_backward", "dinp GEMM from the weight as stored",
+                                         "transpose_matrices of the weight"};
 
 static void launch_part(int part, const Buffers& d) {
     if (part == 0) { matmul_backward_input(d.dinp, d.dout, d.weight_t, d.N, d.C, d.OC); }
     else if (part == 1) { matmul(d.dweight, d.inp, d.dout, NULL, d.C, d.OC, d.N, false, true, 1.0f, 1.0f); }
     else if (part == 2) { bias_backward(d.dbias, d.partials, d.counters, d.dout, NULL, d.N, d.OC); }
-    else if (part == 3) { bias_rows_in_flight(d.dbias, d.partials, d.counters, d.dout, d.N, d.OC); }
-    else if (part == 4) { matmul(d.dinp, d.weight, d.dout, NULL, d.C, d.N, d.OC, false, false, 1.0f, 0.0f); }
+    else if (part == 3) { matmul(d.dinp, d.weight, d.dout, NULL, d.C, d.N, d.OC, false, false, 1.0f, 0.0f); }
     else { transpose_matrices(d.weight_t, d.weight, d.OC, d.C, 1); }
 }
 
@@ -343,15 +281,14 @@ int main(int argc, char** argv) {
         print_row("matmul_backward", VARIANT_NAMES[variant], bench_ms(launch, reset), flops,
                   uses_tf32(variant) ? CEILING_TF32 : CEILING_FP32, error,
                   uses_tf32(variant) ? TF32_TOLERANCE : FP32_TOLERANCE, det);
-        for (int part = 0; part < NUM_PARTS; part++) {
-            if (!part_of(variant, part)) { continue; }
+        for (int part = 0; variant == 2 && part < NUM_PARTS; part++) {  // the trainer's parts alone
             Launch launch_one = [&] { launch_part(part, d); };
             double part_ms = bench_ms(launch_one, reset);
-            if (part < 2 || part == 4) {
+            if (part != 2 && part != 4) {
                 print_row("matmul_backward", PART_NAMES[part], part_ms, 2.0 * N * C * OC, CEILING_TF32, 0.0, -1.0,
                           DETERMINISM_UNCHECKED);
             } else {  // bytes: dout read once and dbias read and written, or the weight read and written
-                double bytes = part == 5 ? 2.0 * OC * C * sizeof(float) : (n_out + 2.0 * OC) * sizeof(float);
+                double bytes = part == 4 ? 2.0 * OC * C * sizeof(float) : (n_out + 2.0 * OC) * sizeof(float);
                 print_row("matmul_backward", PART_NAMES[part], part_ms, bytes, CEILING_COPY, 0.0, -1.0,
                           DETERMINISM_UNCHECKED);
             }
