@@ -60,12 +60,10 @@ FIXTURES := dev/test/fixtures
 test: all $(TRAIN_DATA)
 	build/test_tokenizer
 	build/test_data
-	./test_gpt2_fp32 -f 0 -r 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
-	./test_gpt2_fp32 -f 0 -r 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
-	./test_gpt2_fp32 -f 0 -r 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
-	./test_gpt2_fp32 -f 0 -r 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
-	./test_gpt2_fp32 -f 1 -r 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
-	./test_gpt2_fp32 -f 1 -r 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
+	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
+	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
+	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
+	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	dev/test/test_training_runs.sh
 
 # The reference steps exercise gradient accumulation, clipping and a warmup + cosine schedule.

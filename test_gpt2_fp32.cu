@@ -4,7 +4,7 @@ the gradient of every parameter tensor, and the losses and gradient norms of sev
 with the reference's gradient accumulation, clipping and learning-rate schedule. Prints a table
 and PASS or FAIL; exits non-zero on FAIL and zero with a SKIPPED line when there is no GPU.
 
-  ./test_gpt2_fp32 [-m MODEL] [-s STATE] [-f 0|1] [-r 0|1]   (-f 1: TF32; -r 1: GELU recomputed)
+  ./test_gpt2_fp32 [-m MODEL] [-s STATE] [-f 0|1]   (-f 1: TF32)
 */
 #define TESTING
 #include "train_gpt2_fp32.cu"
@@ -151,15 +151,14 @@ static bool check_relative_scalar(const char* name, float got, float expected, d
 int main(int argc, char** argv) {
     const char* model_path = "dev/test/fixtures/gpt2_small_softmax_model.bin";
     const char* state_path = "dev/test/fixtures/gpt2_small_softmax_state.bin";
-    int use_tf32 = 0, recompute_gelu = 0;
-    const char* usage = "usage: test_gpt2_fp32 [-m MODEL] [-s STATE] [-f 0|1] [-r 0|1]";
+    int use_tf32 = 0;
+    const char* usage = "usage: test_gpt2_fp32 [-m MODEL] [-s STATE] [-f 0|1]";
     auto is_bit = [](const char* value) { return strcmp(value, "0") == 0 || strcmp(value, "1") == 0; };
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { fail("flag %s needs a value (%s)", argv[i], usage); }
         if (strcmp(argv[i], "-m") == 0) { model_path = argv[i + 1]; }
         else if (strcmp(argv[i], "-s") == 0) { state_path = argv[i + 1]; }
         else if (strcmp(argv[i], "-f") == 0 && is_bit(argv[i + 1])) { use_tf32 = atoi(argv[i + 1]); }
-        else if (strcmp(argv[i], "-r") == 0 && is_bit(argv[i + 1])) { recompute_gelu = atoi(argv[i + 1]); }
         else { fail("unknown flag or value %s %s (%s)", argv[i], argv[i + 1], usage); }
     }
     if (!cuda_setup(use_tf32 == 1)) {
@@ -172,11 +171,10 @@ int main(int argc, char** argv) {
     read_debug_state(&st, state_path, &model);
     const GPT2Config* c = &model.config;
     const Tolerances tol = use_tf32 ? TF32_TOLERANCES : FP32_TOLERANCES;
-    printf("test_gpt2_fp32: %s, %s attention, %s, GELU %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n", state_path,
-           attention_name(c->attention), use_tf32 ? "TF32" : "FP32", recompute_gelu ? "recomputed" : "stored", st.B, st.T, c->num_layers, c->num_heads,
+    printf("test_gpt2_fp32: %s, %s attention, %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n", state_path,
+           attention_name(c->attention), use_tf32 ? "TF32" : "FP32", st.B, st.T, c->num_layers, c->num_heads,
            c->channels, c->vocab_size, c->padded_vocab_size);
     printf("%-22s %12s %12s %12s  %-8s %s\n", "check", "ref scale", "error", "tolerance", "kind", "");
-    model.recompute_gelu = recompute_gelu == 1;
     gpt2_allocate_activations(&model, st.B, st.T);
     size_t BT = (size_t)st.B * st.T;
     int checks = 0, failures = 0;

@@ -101,7 +101,7 @@ __device__ bool arrive_last_in_group(unsigned int* counter, unsigned int group_s
     __shared__ bool is_last;
     __threadfence();  // this thread's partials are visible device-wide before the ticket
     __syncthreads();
-    if (threadIdx.x == 0) { is_last = atomicInc(counter, group_size - 1) == group_size - 1; }
+    if (cg::this_thread_block().thread_rank() == 0) { is_last = atomicInc(counter, group_size - 1) == group_size - 1; }
     __syncthreads();
     return is_last;
 }
@@ -495,104 +495,124 @@ __device__ inline float gelu_grad(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-__device__ inline float4 gelu_grad4(float4 x) {
-    return make_float4(gelu_grad(x.x), gelu_grad(x.y), gelu_grad(x.z), gelu_grad(x.w));
-}
-
-// dbias[o] += sum over rows of dout[row, o], dout (N, OC). With gelu_inp (the GELU's input, N x OC),
-// dout is first turned in place into the gradient before the GELU: dout *= gelu'(gelu_inp). Block
-// (x, y) sums the float4 columns [32x, 32x + 32) over the rows of chunk y, its warps in order; the
-// last block of column group x adds the chunks' partials in chunk order.
-__global__ void bias_backward_kernel(float* dbias, float* partials, unsigned int* counters, float* dout,
-                                     const float* gelu_inp, int N, int OC) {
-    __shared__ float4 warp_sums[32][32];
-    cg::thread_block block = cg::this_thread_block();
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    int OC4 = OC / 4, lane = warp.thread_rank(), w = warp.meta_group_rank();
-    int c4 = blockIdx.x * 32 + lane;
-    int rows_per_chunk = ceil_div(N, gridDim.y);
-    int row_end = min(N, (int)(blockIdx.y + 1) * rows_per_chunk);
-    // four running sums, so that four rows' loads are in flight; added in a fixed order
-    float4 sums[4] = {};
-    if (c4 < OC4) {
-        int row = blockIdx.y * rows_per_chunk + w, stride = warp.meta_group_size();
-        for (; row < row_end; row += 4 * stride) {
-            float4 d[4], x[4];  // the four rows loaded before any is written (stores could alias later loads)
+// The output gradient of a linear layer, dout (N, OC), for the weight gradient and the bias:
+// dout_t (OC, N) = dout^T and dbias[o] += the sum over rows of dout[row, o]. With gelu_inp (the
+// GELU's input x, N x OC), dout is the gradient of the GELU's output and what is transposed and
+// summed is the gradient before the GELU, dout * gelu'(x); gelu_t (OC, N) = gelu(x)^T is written
+// too (the fcproj weight gradient's input, so the forward's GELU output need not be kept).
+// Block (x, y) of 32 x 8 threads takes
+// columns [32x, 32x + 32) over the rows of chunk y, in 32 x 32 tiles transposed through shared
+// memory; each thread sums rows ty, ty + 8, ty + 16, ty + 24 of every tile in order. The chunks'
+// partial sums are added in chunk order by the last block of column tile x.
+__global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t, float* partials,
+                                     unsigned int* counters, const float* dout, const float* gelu_inp, int N, int OC) {
+    __shared__ float tiles[2][32][33];  // dout, gelu(x); padded against bank conflicts
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int col = blockIdx.x * 32 + tx;
+    int rows_per_chunk = ceil_div(N, gridDim.y * 32) * 32;
+    int row_begin = blockIdx.y * rows_per_chunk, row_end = min(N, row_begin + rows_per_chunk);
+    float sum = 0.0f;
+    for (int tile_row = row_begin; tile_row < row_end; tile_row += 32) {
+        float d[4], x[4];
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                int r = row + k * stride;
-                size_t i = (size_t)r * OC4 + c4;
-                d[k] = r < row_end ? ((float4*)dout)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (gelu_inp != NULL) { x[k] = r < row_end ? ((const float4*)gelu_inp)[i] : d[k]; }
+        for (int k = 0; k < 4; k++) {
+            int row = tile_row + ty + 8 * k;
+            bool inside = row < row_end && col < OC;
+            d[k] = inside ? dout[(size_t)row * OC + col] : 0.0f;
+            if (gelu_inp != NULL) { x[k] = inside ? gelu_inp[(size_t)row * OC + col] : 0.0f; }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (gelu_inp != NULL) {
+                d[k] *= gelu_grad(x[k]);
+                tiles[1][ty + 8 * k][tx] = gelu(x[k]);
             }
+            tiles[0][ty + 8 * k][tx] = d[k];
+            sum += d[k];
+        }
+        __syncthreads();
+        int out_col = tile_row + tx;  // the transposed outputs are (OC, N)
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                int r = row + k * stride;
-                if (r >= row_end) { break; }
-                if (gelu_inp != NULL) {
-                    d[k] = d[k] * gelu_grad4(x[k]);
-                    ((float4*)dout)[(size_t)r * OC4 + c4] = d[k];
-                }
-                sums[k] = sums[k] + d[k];
+        for (int k = 0; k < 4; k++) {
+            int out_row = blockIdx.x * 32 + ty + 8 * k;
+            if (out_row < OC && out_col < row_end) {
+                dout_t[(size_t)out_row * N + out_col] = tiles[0][tx][ty + 8 * k];
+                if (gelu_inp != NULL) { gelu_t[(size_t)out_row * N + out_col] = tiles[1][tx][ty + 8 * k]; }
             }
         }
+        __syncthreads();
     }
-    warp_sums[w][lane] = (sums[0] + sums[1]) + (sums[2] + sums[3]);
-    block.sync();
-    float4* partials4 = (float4*)partials;
-    if (w == 0 && c4 < OC4) {
-        float4 block_total = warp_sums[0][lane];
-        for (int i = 1; i < warp.meta_group_size(); i++) { block_total = block_total + warp_sums[i][lane]; }
-        partials4[(size_t)blockIdx.y * OC4 + c4] = block_total;
+    tiles[0][ty][tx] = sum;
+    __syncthreads();
+    if (ty == 0 && col < OC) {
+        float block_total = tiles[0][0][tx];
+        for (int i = 1; i < 8; i++) { block_total += tiles[0][i][tx]; }
+        partials[(size_t)blockIdx.y * OC + col] = block_total;
     }
     if (!arrive_last_in_group(&counters[blockIdx.x], gridDim.y)) { return; }
-    if (w == 0 && c4 < OC4) {
-        float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (unsigned int y = 0; y < gridDim.y; y++) { total = total + __ldcg(&partials4[(size_t)y * OC4 + c4]); }
-        ((float4*)dbias)[c4] = ((float4*)dbias)[c4] + total;
+    if (ty == 0 && col < OC) {
+        float total = 0.0f;
+        for (unsigned int y = 0; y < gridDim.y; y++) { total += __ldcg(&partials[(size_t)y * OC + col]); }
+        dbias[col] += total;
     }
 }
 
 static const int BIAS_BACKWARD_MAX_CHUNKS = 64;
 static const int MAX_REDUCTION_COUNTERS = 4096;
 
-static void bias_backward(float* dbias, float* partials, unsigned int* counters, float* dout, const float* gelu_inp,
-                          int N, int OC, cudaStream_t stream = 0) {
-    unsigned int column_groups = ceil_div(OC / 4, 32);
-    if (column_groups > MAX_REDUCTION_COUNTERS) { fail("bias_backward: OC=%d too large", OC); }
+// partials (BIAS_BACKWARD_MAX_CHUNKS x OC) and counters belong to the stream.
+static void bias_backward(float* dbias, float* dout_t, float* gelu_t, float* partials, unsigned int* counters,
+                          const float* dout, const float* gelu_inp, int N, int OC, cudaStream_t stream = 0) {
+    unsigned int column_tiles = ceil_div(OC, 32);
+    if (column_tiles > MAX_REDUCTION_COUNTERS) { fail("bias_backward: OC=%d too large", OC); }
     unsigned int chunks = std::max(1u, std::min((unsigned int)BIAS_BACKWARD_MAX_CHUNKS,
-                                                std::min(ceil_div(N, 64), ceil_div(2 * g_num_sms, column_groups))));
-    bias_backward_kernel<<<dim3(column_groups, chunks), 256, 0, stream>>>(dbias, partials, counters, dout, gelu_inp, N,
-                                                                          OC);
+                                                std::min(ceil_div(N, 32), ceil_div(8 * g_num_sms, column_tiles))));
+    bias_backward_kernel<<<dim3(column_tiles, chunks), dim3(32, 8), 0, stream>>>(dbias, dout_t, gelu_t, partials,
+                                                                                counters, dout, gelu_inp, N, OC);
     cudaCheck(cudaGetLastError());
 }
 
-// Linear layer backward, its two halves: dinp = dout @ weight, and dweight += dout^T @ inp with
-// dbias += the column sums of dout (dbias optional); partials and counters belong to the stream.
-// dinp reads weight_t (C, OC), the weight transposed (transpose_matrices): with it both operands
-// of the product have the summed dimension contiguous, which TF32 tensor-core kernels need to run
-// at full speed (with the weight as stored, cuBLASLt's kernel is 10-30% slower).
-static void matmul_backward_input(float* dinp, const float* dout, const float* weight_t, int N, int C, int OC) {
-    matmul(dinp, weight_t, dout, NULL, C, N, OC, true, false, 1.0f, 0.0f);
+// Linear layer backward, its two halves: dinp = dout @ weight, and dweight += dout^T @ inp.
+// cuBLASLt's TF32 tensor-core kernels are fastest when the operands have the summed dimension
+// contiguous: 10-30% slower with one operand read across it, about twice as slow with both. So
+// dinp reads weight_t (C, OC), the weight transposed (transpose_matrices), and dout (N, OC) or
+// dout_t (OC, N), whichever the caller has; dweight reads dout_t (OC, N) (bias_backward) and
+// inp (N, C) or inp_t (C, N) (transpose_matrices), the faster for the layer's shape.
+static void matmul_backward_input(float* dinp, const float* dout, bool dout_transposed, const float* weight_t, int N,
+                                  int C, int OC) {
+    matmul(dinp, weight_t, dout, NULL, C, N, OC, true, dout_transposed, 1.0f, 0.0f);
 }
 
-static void matmul_backward_weight(float* dweight, float* dbias, float* partials, unsigned int* counters,
-                                   const float* dout, const float* inp, int N, int C, int OC, cudaStream_t stream = 0) {
-    matmul(dweight, inp, dout, NULL, C, OC, N, false, true, 1.0f, 1.0f, 1, 0, 0, 0, stream);
-    if (dbias != NULL) { bias_backward(dbias, partials, counters, (float*)dout, NULL, N, OC, stream); }
+static void matmul_backward_weight(float* dweight, const float* dout_t, const float* inp, bool inp_transposed, int N,
+                                   int C, int OC, cudaStream_t stream = 0) {
+    matmul(dweight, inp, dout_t, NULL, C, OC, N, inp_transposed, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
 }
 
 // out[m] = in[m]^T for count row-major (rows, cols) matrices stored one after another: 32 x 32
 // tiles through shared memory (padded against bank conflicts), a block of 32 x 8 threads per tile.
-__global__ void transpose_kernel(float* out, const float* in, int rows, int cols) {
+// With ln_mean (count 1), each row is first layer-normalised as the forward pass did, from its saved
+// mean and rstd: in[r][c] -> (in[r][c] - ln_mean[r]) * ln_rstd[r] * ln_weight[c] + ln_bias[c].
+__global__ void transpose_kernel(float* out, const float* in, int rows, int cols, const float* ln_mean,
+                                 const float* ln_rstd, const float* ln_weight, const float* ln_bias) {
     __shared__ float tile[32][33];
     size_t matrix = (size_t)blockIdx.z * rows * cols;
     int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 32 + threadIdx.y;
-    for (int j = 0; j < 32; j += 8) {
-        if (col < cols && row + j < rows) { tile[threadIdx.y + j][threadIdx.x] = in[matrix + (size_t)(row + j) * cols + col]; }
+    float x[4];  // the thread's four rows of the tile, all loads in flight at once
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        bool inside = col < cols && row + 8 * j < rows;
+        x[j] = inside ? in[matrix + (size_t)(row + 8 * j) * cols + col] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (ln_mean != NULL && col < cols && row + 8 * j < rows) {
+            x[j] = (x[j] - ln_mean[row + 8 * j]) * ln_rstd[row + 8 * j] * ln_weight[col] + ln_bias[col];
+        }
+        tile[threadIdx.y + 8 * j][threadIdx.x] = x[j];
     }
     __syncthreads();
     int out_col = blockIdx.y * 32 + threadIdx.x, out_row = blockIdx.x * 32 + threadIdx.y;  // out is (cols, rows)
+#pragma unroll
     for (int j = 0; j < 32; j += 8) {
         if (out_col < rows && out_row + j < cols) {
             out[matrix + (size_t)(out_row + j) * rows + out_col] = tile[threadIdx.x][threadIdx.y + j];
@@ -600,8 +620,18 @@ __global__ void transpose_kernel(float* out, const float* in, int rows, int cols
     }
 }
 
-static void transpose_matrices(float* out, const float* in, int rows, int cols, int count) {
-    transpose_kernel<<<dim3(ceil_div(cols, 32), ceil_div(rows, 32), count), dim3(32, 8)>>>(out, in, rows, cols);
+static void transpose_matrices(float* out, const float* in, int rows, int cols, int count, cudaStream_t stream = 0) {
+    transpose_kernel<<<dim3(ceil_div(cols, 32), ceil_div(rows, 32), count), dim3(32, 8), 0, stream>>>(
+        out, in, rows, cols, NULL, NULL, NULL, NULL);
+    cudaCheck(cudaGetLastError());
+}
+
+// out_t (C, N) = layernorm(inp)^T, inp (N, C), recomputed from the forward pass's mean and rstd:
+// the layernorm outputs are not kept for the backward pass, which needs them only transposed.
+static void layernorm_transposed(float* out_t, const float* inp, const float* mean, const float* rstd,
+                                 const float* weight, const float* bias, int N, int C, cudaStream_t stream = 0) {
+    transpose_kernel<<<dim3(ceil_div(C, 32), ceil_div(N, 32), 1), dim3(32, 8), 0, stream>>>(out_t, inp, N, C, mean,
+                                                                                          rstd, weight, bias);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1678,66 +1708,84 @@ typedef struct {
     float* fcprojw;   // (L, 4C, C)
 } TransposedWeights;
 
-#define NUM_ACTIVATION_TENSORS 25
-
 // The classifier works on this many rows of logits at a time (1.6 GB at Vp = 50304); the lab
 // measured the LM head 7% slower in chunks of 4096 rows, 33% in chunks of 2048.
 static const size_t CLASSIFIER_CHUNK_ROWS = 8192;
 
-// Everything the forward pass keeps for the backward pass, plus the scratch both passes share.
+// The activations: what the forward pass keeps for the backward pass, and the scratch of each
+// phase of a step. The three phases (the forward's layers, the LM head, the backward pass) run
+// one after another on the main stream, so their scratch tensors share one region
+// (layout_activations). R = min(B*T, CLASSIFIER_CHUNK_ROWS).
 typedef struct {
+    // kept
     float* encoded;    // (B, T, C)
-    float* ln1;        // (L, B, T, C)
     float* ln1_mean;   // (L, B, T)
     float* ln1_rstd;   // (L, B, T)
     float* qkv;        // (L, B, T, 3C)
     float* atty;       // (L, B, T, C)
     float* lse;        // (L, B, NH, T): softmax log-sum-exp of each query's scores
     float* residual2;  // (L, B, T, C)
-    float* ln2;        // (L, B, T, C)
     float* ln2_mean;   // (L, B, T)
     float* ln2_rstd;   // (L, B, T)
     float* fch;        // (L, B, T, 4C)
-    float* fch_gelu;   // (L, B, T, 4C), or (B, T, 4C) scratch when the GELU is recomputed in the backward
     float* residual3;  // (L, B, T, C)
     float* lnf;        // (B, T, C)
     float* lnf_mean;   // (B, T)
     float* lnf_rstd;   // (B, T)
-    float* logits;     // (Vp, R), R = min(B*T, CLASSIFIER_CHUNK_ROWS): one chunk of rows, transposed; dlogits in place
+    float* losses;     // (B, T)
+    float* dbtc;       // (B, T, C): a projection's output in the forward; dlnf from the LM head, then dln, datty
+    // scratch of the forward's layers
+    float* ln;         // (B, T, C): the layernorm output of ln1 or ln2, for the next product
+    float* fch_gelu;   // (B, T, 4C): the GELU's output for the fcproj product (bias_backward recomputes it)
+    // scratch of the LM head
+    float* logits;     // (Vp, R): one chunk of rows, transposed; dlogits in place (gpt2_read_logits)
     float* lnf_t;      // (C, R): the chunk's rows of lnf, transposed
     float* classifier_scratch;  // (2 CLASSIFIER_MAX_SLICES + 1, R): fused_classifier's per-row statistics
-    float* losses;     // (B, T)
-    float* dresidual;  // backward (B, T, C): gradient of the residual stream
-    float* dbtc;       // backward (B, T, C): dln, datty
-    float* dbt4c;      // backward (B, T, 4C): dfch, dqkv
-    float* delta;      // backward (B, NH, T): attention backward scratch
+    // scratch of the backward pass
+    float* dresidual;  // (B, T, C): gradient of the residual stream
+    float* dbt4c;      // (B, T, 4C): the GELU output's gradient, dqkv
+    float* delta;      // (B, NH, T): attention backward scratch
+    // transposed (rows = channels, B*T columns) for the weight gradients (matmul_backward_weight)
+    float* dresidual_t;  // (C, B*T): dresidual, the attproj and fcproj output gradient
+    float* inp_t;        // (C, B*T): ln2 or ln1, the input of the fc or qkv layer (layernorm_transposed)
+    float* dqkv_t;       // (3C, B*T)
+    float* dfch_t;       // (4C, B*T)
+    float* gelu_t;       // (4C, B*T): the GELU's output
 } ActivationTensors;
 
-static void activation_sizes(size_t sizes[NUM_ACTIVATION_TENSORS], const GPT2Config* config, int B, int T,
-                             bool recompute_gelu) {
+// Points the activations for batches of B x T into memory (NULL: only measures) and returns the
+// floats they take: the kept tensors, then one region as large as the largest phase's scratch.
+static size_t layout_activations(ActivationTensors* acts, float* memory, const GPT2Config* config, int B, int T) {
+    enum Phase { KEPT, LAYERS, LM_HEAD, BACKWARD, NUM_PHASES };
     size_t C = config->channels, L = config->num_layers, NH = config->num_heads, BT = (size_t)B * T;
-    size_t gelu_layers = recompute_gelu ? 1 : L;
-    size_t list[NUM_ACTIVATION_TENSORS] = {BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
-                                           L * BT * NH, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
-                                           gelu_layers * BT * 4 * C, L * BT * C, BT * C, BT, BT,
-                                           std::min(BT, CLASSIFIER_CHUNK_ROWS) * config->padded_vocab_size,
-                                           std::min(BT, CLASSIFIER_CHUNK_ROWS) * C,
-                                           std::min(BT, CLASSIFIER_CHUNK_ROWS) * (2 * CLASSIFIER_MAX_SLICES + 1), BT,
-                                           BT * C, BT * C, BT * 4 * C, BT * NH};
-    memcpy(sizes, list, sizeof(list));
-}
-
-static void point_activations(ActivationTensors* acts, float* memory, const size_t sizes[NUM_ACTIVATION_TENSORS]) {
-    float** ptrs[NUM_ACTIVATION_TENSORS] = {
-        &acts->encoded, &acts->ln1, &acts->ln1_mean, &acts->ln1_rstd, &acts->qkv, &acts->atty, &acts->lse,
-        &acts->residual2, &acts->ln2, &acts->ln2_mean, &acts->ln2_rstd, &acts->fch, &acts->fch_gelu,
-        &acts->residual3, &acts->lnf, &acts->lnf_mean, &acts->lnf_rstd, &acts->logits, &acts->lnf_t,
-        &acts->classifier_scratch, &acts->losses,
-        &acts->dresidual, &acts->dbtc, &acts->dbt4c, &acts->delta};
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        *ptrs[i] = memory;
-        memory += (sizes[i] + 63) / 64 * 64;  // each tensor 256-byte aligned
+    size_t R = std::min(BT, CLASSIFIER_CHUNK_ROWS);
+    struct { float** tensor; size_t size; Phase phase; } tensors[] = {
+        {&acts->encoded, BT * C, KEPT}, {&acts->ln1_mean, L * BT, KEPT}, {&acts->ln1_rstd, L * BT, KEPT},
+        {&acts->qkv, L * BT * 3 * C, KEPT}, {&acts->atty, L * BT * C, KEPT}, {&acts->lse, L * BT * NH, KEPT},
+        {&acts->residual2, L * BT * C, KEPT}, {&acts->ln2_mean, L * BT, KEPT}, {&acts->ln2_rstd, L * BT, KEPT},
+        {&acts->fch, L * BT * 4 * C, KEPT}, {&acts->residual3, L * BT * C, KEPT}, {&acts->lnf, BT * C, KEPT},
+        {&acts->lnf_mean, BT, KEPT}, {&acts->lnf_rstd, BT, KEPT}, {&acts->losses, BT, KEPT},
+        {&acts->dbtc, BT * C, KEPT},
+        {&acts->ln, BT * C, LAYERS}, {&acts->fch_gelu, BT * 4 * C, LAYERS},
+        {&acts->logits, R * config->padded_vocab_size, LM_HEAD}, {&acts->lnf_t, R * C, LM_HEAD},
+        {&acts->classifier_scratch, R * (2 * CLASSIFIER_MAX_SLICES + 1), LM_HEAD},
+        {&acts->dresidual, BT * C, BACKWARD}, {&acts->dbt4c, BT * 4 * C, BACKWARD}, {&acts->delta, BT * NH, BACKWARD},
+        {&acts->dresidual_t, BT * C, BACKWARD}, {&acts->inp_t, BT * C, BACKWARD},
+        {&acts->dqkv_t, BT * 3 * C, BACKWARD}, {&acts->dfch_t, BT * 4 * C, BACKWARD},
+        {&acts->gelu_t, BT * 4 * C, BACKWARD},
+    };
+    size_t used[NUM_PHASES] = {};  // floats per phase, each tensor 256-byte aligned
+    for (auto& t : tensors) {
+        if (memory != NULL) { *t.tensor = memory + used[t.phase]; }
+        used[t.phase] += (t.size + 63) / 64 * 64;
     }
+    size_t scratch = std::max({used[LAYERS], used[LM_HEAD], used[BACKWARD]});
+    if (memory != NULL) {  // the scratch region follows the kept tensors
+        for (auto& t : tensors) {
+            if (t.phase != KEPT) { *t.tensor += used[KEPT]; }
+        }
+    }
+    return used[KEPT] + scratch;
 }
 
 typedef struct {
@@ -1750,7 +1798,6 @@ typedef struct {
     float* weights_t_memory;
     int adam_step;
     // activations, sized for at most max_B x max_T
-    bool recompute_gelu;  // keep one layer's GELU output and recompute it in the backward
     int max_B, max_T;
     int B, T;  // shape of the last forward pass
     ActivationTensors acts;
@@ -1767,7 +1814,8 @@ typedef struct {
     // cross-block reductions: partial sums and arrival counters, for each stream
     float *reduce_partials, *side_partials;
     unsigned int *reduce_counters, *side_counters;
-    cudaEvent_t main_ready, side_done[4];  // hand-offs between the streams in the backward pass
+    // hand-offs between the streams in the backward pass (gpt2_backward)
+    cudaEvent_t main_ready, dresidual_read, dqkv_read, mlp_grads_done, grads_done;
     float* step_stats;  // device [3]: accumulated loss, gradient norm, clipping factor
     float* stats_copies;  // pinned host [2][2]: the loss and norm of two steps in flight
     cudaEvent_t stats_copied[2];
@@ -1795,7 +1843,6 @@ static void validate_config(const GPT2Config* c, const char* source) {
 static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     *model = GPT2();
     model->config = *config;
-    model->recompute_gelu = false;
     parameter_sizes(model->param_sizes, config);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
     size_t bytes = model->num_parameters * sizeof(float);
@@ -1909,14 +1956,11 @@ static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint6
 // Activations and batch buffers for batches of at most B x T.
 static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     const GPT2Config* c = &model->config;
-    size_t sizes[NUM_ACTIVATION_TENSORS];
-    activation_sizes(sizes, c, B, T, model->recompute_gelu);
-    model->num_activations = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += (sizes[i] + 63) / 64 * 64; }
+    model->num_activations = layout_activations(&model->acts, NULL, c, B, T);
     char what[128];
     snprintf(what, sizeof(what), "activations for B=%d, T=%d", B, T);
     model->acts_memory = (float*)device_malloc(model->num_activations * sizeof(float), what);
-    point_activations(&model->acts, model->acts_memory, sizes);
+    layout_activations(&model->acts, model->acts_memory, c, B, T);
     model->max_B = B;
     model->max_T = T;
     size_t BT = (size_t)B * T;
@@ -1934,8 +1978,10 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->side_partials = (float*)device_malloc(bias_partials * sizeof(float), "reductions");
     model->side_counters = (unsigned int*)device_malloc(MAX_REDUCTION_COUNTERS * sizeof(unsigned int), "reductions");
     cudaCheck(cudaMemset(model->side_counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
-    cudaCheck(cudaEventCreateWithFlags(&model->main_ready, cudaEventDisableTiming));
-    for (cudaEvent_t& event : model->side_done) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+    for (cudaEvent_t* event : {&model->main_ready, &model->dresidual_read, &model->dqkv_read, &model->mlp_grads_done,
+                               &model->grads_done}) {
+        cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+    }
     model->step_stats = (float*)device_malloc(3 * sizeof(float), "step statistics");
     cudaCheck(cudaMemset(model->step_stats, 0, 3 * sizeof(float)));
     cudaCheck(cudaMallocHost(&model->stats_copies, 4 * sizeof(float)));
@@ -2027,30 +2073,27 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     size_t btc = BT * C;
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
-        float* ln1 = a.ln1 + l * btc;
         float* qkv = a.qkv + l * 3 * btc;
         float* atty = a.atty + l * btc;
         float* lse = a.lse + l * BT * NH;
         float* residual2 = a.residual2 + l * btc;
-        float* ln2 = a.ln2 + l * btc;
         float* fch = a.fch + l * 4 * btc;
-        float* fch_gelu = a.fch_gelu + (model->recompute_gelu ? 0 : l * 4 * btc);
         // a.dbtc holds each projection's output until the next layernorm adds it to the residual
         // stream: residual3 of the previous layer is written by this layer's first layernorm
         if (l == 0) {
-            layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, NULL, a.encoded, NULL, p.ln1w, p.ln1b, BT, C);
+            layernorm_forward(a.ln, a.ln1_mean, a.ln1_rstd, NULL, a.encoded, NULL, p.ln1w, p.ln1b, BT, C);
         } else {
-            layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, (float*)residual,
+            layernorm_forward(a.ln, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, (float*)residual,
                               a.residual2 + (l - 1) * btc, a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
         }
-        matmul_forward(qkv, ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
+        matmul_forward(qkv, a.ln, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
         flash_attention_forward(atty, lse, qkv, B, T, NH, C / NH, c->attention, !g_use_tf32);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
-        layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, residual, a.dbtc,
+        layernorm_forward(a.ln, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, residual, a.dbtc,
                           p.ln2w + l * C, p.ln2b + l * C, BT, C);
-        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C);
-        gelu_forward(fch_gelu, fch, 4 * btc);
-        matmul_forward(a.dbtc, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C);
+        matmul_forward(fch, a.ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C);
+        gelu_forward(a.fch_gelu, fch, 4 * btc);
+        matmul_forward(a.dbtc, a.fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C);
     }
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * btc, a.residual2 + (L - 1) * btc,
                       a.dbtc, p.lnfw, p.lnfb, BT, C);
@@ -2086,8 +2129,9 @@ static void gpt2_backward(GPT2* model) {
     float* partials = model->reduce_partials;
     unsigned int* counters = model->reduce_counters;
 
-    // The weight gradients go to the side stream as soon as their inputs are ready (main_ready);
-    // the main stream waits for them (side_done) before it overwrites what they read.
+    // The weight and bias gradients go to the side stream as soon as their inputs are ready
+    // (main_ready), with the transposes they read; the main stream waits for the side stream to
+    // have read a buffer (or to be done with one it reads) before it overwrites it.
     cudaStream_t side = g_side_stream;
     float* side_partials = model->side_partials;
     unsigned int* side_counters = model->side_counters;
@@ -2095,55 +2139,57 @@ static void gpt2_backward(GPT2* model) {
         cudaCheck(cudaEventRecord(model->main_ready, 0));
         cudaCheck(cudaStreamWaitEvent(side, model->main_ready, 0));
     };
-    auto mark_side_done = [&](int i) { cudaCheck(cudaEventRecord(model->side_done[i], side)); };
-    auto main_waits_for_side = [&](int i) { cudaCheck(cudaStreamWaitEvent(0, model->side_done[i], 0)); };
+    auto side_marks = [&](cudaEvent_t event) { cudaCheck(cudaEventRecord(event, side)); };
+    auto main_waits_for = [&](cudaEvent_t event) { cudaCheck(cudaStreamWaitEvent(0, event, 0)); };
 
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(float)));
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, partials, a.dbtc, a.residual3 + (L - 1) * btc, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C);
     for (int l = L - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
-        float* dfch = a.dbt4c;  // dfch_gelu, then dfch in place (bias_backward applies the dGELU)
+        float* dgelu = a.dbt4c;  // the gradient of the GELU's output (bias_backward turns it into dfch_t)
         float* dqkv = a.dbt4c;
-        float* fcprojw_grad = g.fcprojw + (size_t)l * 4 * C * C;
         // MLP: dresidual holds d residual3, which flows unchanged into d residual2
-        float* fch_gelu = a.fch_gelu;
-        if (model->recompute_gelu) { gelu_forward(fch_gelu, a.fch + l * 4 * btc, 4 * btc); }
-        else { fch_gelu += l * 4 * btc; }
         side_waits_for_main();
-        matmul_backward_weight(fcprojw_grad, g.fcprojb + l * C, side_partials, side_counters, a.dresidual, fch_gelu,
-                               BT, 4 * C, C, side);
-        mark_side_done(0);
-        if (l < L - 1) { main_waits_for_side(3); }  // the last layer's qkv gradients have read dbt4c
-        matmul_backward_input(dfch, a.dresidual, wt.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
-        bias_backward(g.fcb + l * 4 * C, partials, counters, dfch, a.fch + l * 4 * btc, BT, 4 * C);  // and dGELU
+        bias_backward(g.fcprojb + l * C, a.dresidual_t, NULL, side_partials, side_counters, a.dresidual, NULL, BT, C,
+                      side);
+        side_marks(model->dresidual_read);
+        main_waits_for(model->dqkv_read);  // the layer above's dqkv (in dbt4c) is transposed
+        matmul_backward_input(dgelu, a.dresidual, false, wt.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
+        main_waits_for(model->mlp_grads_done);  // the layer above's dfch_t and gelu_t are read
+        bias_backward(g.fcb + l * 4 * C, a.dfch_t, a.gelu_t, partials, counters, dgelu, a.fch + l * 4 * btc, BT, 4 * C);
         side_waits_for_main();
-        matmul_backward_weight(g.fcw + (size_t)l * 4 * C * C, NULL, side_partials, side_counters, dfch, a.ln2 + l * btc,
-                               BT, C, 4 * C, side);
-        mark_side_done(1);
-        matmul_backward_input(a.dbtc, dfch, wt.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
-        main_waits_for_side(0);  // before dresidual changes (also covers the recomputed GELU's next overwrite)
+        matmul_backward_weight(g.fcprojw + (size_t)l * 4 * C * C, a.dresidual_t, a.gelu_t, true, BT, 4 * C, C, side);
+        layernorm_transposed(a.inp_t, a.residual2 + l * btc, a.ln2_mean + l * BT, a.ln2_rstd + l * BT,
+                             p.ln2w + l * C, p.ln2b + l * C, BT, C, side);
+        matmul_backward_weight(g.fcw + (size_t)l * 4 * C * C, a.dfch_t, a.inp_t, true, BT, C, 4 * C, side);
+        side_marks(model->mlp_grads_done);
+        matmul_backward_input(a.dbtc, a.dfch_t, true, wt.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
+        main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, partials, a.dbtc,
                            a.residual2 + l * btc, p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
         // attention: dresidual now holds d residual2, which flows unchanged into d residual
         side_waits_for_main();
-        matmul_backward_weight(g.attprojw + (size_t)l * C * C, g.attprojb + l * C, side_partials, side_counters,
-                               a.dresidual, a.atty + l * btc, BT, C, C, side);
-        mark_side_done(2);
-        matmul_backward_input(a.dbtc, a.dresidual, wt.attprojw + (size_t)l * C * C, BT, C, C);
-        main_waits_for_side(1);  // dfch (in dbt4c) has been read
+        bias_backward(g.attprojb + l * C, a.dresidual_t, NULL, side_partials, side_counters, a.dresidual, NULL, BT, C,
+                      side);
+        side_marks(model->dresidual_read);
+        matmul_backward_weight(g.attprojw + (size_t)l * C * C, a.dresidual_t, a.atty + l * btc, false, BT, C, C, side);
+        matmul_backward_input(a.dbtc, a.dresidual, false, wt.attprojw + (size_t)l * C * C, BT, C, C);
         flash_attention_backward(dqkv, a.delta, a.dbtc, a.qkv + l * 3 * btc, a.atty + l * btc,
                                  a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, !g_use_tf32);
         side_waits_for_main();
-        matmul_backward_weight(g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, side_partials, side_counters, dqkv,
-                               a.ln1 + l * btc, BT, C, 3 * C, side);
-        mark_side_done(3);
-        matmul_backward_input(a.dbtc, dqkv, wt.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
-        main_waits_for_side(2);  // before dresidual changes
+        bias_backward(g.qkvb + l * 3 * C, a.dqkv_t, NULL, side_partials, side_counters, dqkv, NULL, BT, 3 * C, side);
+        side_marks(model->dqkv_read);
+        layernorm_transposed(a.inp_t, residual, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, p.ln1w + l * C,
+                             p.ln1b + l * C, BT, C, side);
+        matmul_backward_weight(g.qkvw + (size_t)l * 3 * C * C, a.dqkv_t, a.inp_t, true, BT, C, 3 * C, side);
+        matmul_backward_input(a.dbtc, dqkv, false, wt.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
+        main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
     }
-    main_waits_for_side(3);  // every weight gradient is in before the optimizer or the next forward
+    side_marks(model->grads_done);
+    main_waits_for(model->grads_done);  // every weight gradient is in before the optimizer or the next forward
     TokenBuckets* tb = &model->buckets;
     encoder_backward(g.wte, g.wpe, a.dresidual, model->bucket_tokens, model->bucket_starts, model->bucket_positions,
                      tb->num_buckets, B, T, C);
@@ -2215,8 +2261,10 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->reduce_counters));
     cudaCheck(cudaFree(model->side_partials));
     cudaCheck(cudaFree(model->side_counters));
-    cudaCheck(cudaEventDestroy(model->main_ready));
-    for (cudaEvent_t event : model->side_done) { cudaCheck(cudaEventDestroy(event)); }
+    for (cudaEvent_t event : {model->main_ready, model->dresidual_read, model->dqkv_read, model->mlp_grads_done,
+                              model->grads_done}) {
+        cudaCheck(cudaEventDestroy(event));
+    }
     cudaCheck(cudaFreeHost(model->staging));
     cudaCheck(cudaFreeHost(model->stats_copies));
     for (cudaEvent_t event : model->stats_copied) { cudaCheck(cudaEventDestroy(event)); }
@@ -2339,7 +2387,6 @@ typedef struct {
     int64_t total_batch_tokens;  // -d; 0: B*T, no accumulation
     int val_every, val_batches, sample_every, gen_tokens;
     int checkpoint_every, checkpoint_keep, resume, force;
-    int recompute_gelu;  // -r
     int stop_at;        // --stop-at: exit at this step after checkpointing (0: run to the end)
     float peak_tflops;  // 0: from the table of known GPUs
 } TrainArgs;
@@ -2367,7 +2414,6 @@ static void print_usage() {
         "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
         "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
         "  -a 0|1      overfit a single batch (default 0)\n"
-        "  -r 0|1      recompute the GELU in the backward instead of storing it: less memory, slower (default 0)\n"
         "evaluation, output, checkpoints\n"
         "  -v N        validation loss every N steps, 0 = never (default 20)\n"
         "  -m N        validation batches, 0 = the whole split (default 20)\n"
@@ -2420,7 +2466,6 @@ static TrainArgs parse_args(int argc, char** argv) {
     args.val_batches = 20;
     args.sample_every = 20;
     args.gen_tokens = 64;
-    args.recompute_gelu = 0;
     static const char* const attention_kinds[] = {"softmax", "relu"};
     static const char* const schedules[] = {"cosine", "linear", "constant"};
     RunShape* r = &args.shape;
@@ -2458,7 +2503,6 @@ static TrainArgs parse_args(int argc, char** argv) {
         else if (strcmp(flag, "-gc") == 0) { r->grad_clip = parse_float_flag(flag, value); }
         else if (strcmp(flag, "-f") == 0) { r->use_tf32 = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-a") == 0) { r->overfit_single_batch = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-r") == 0) { args.recompute_gelu = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-v") == 0) { args.val_every = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-m") == 0) { args.val_batches = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-s") == 0) { args.sample_every = parse_int_flag(flag, value); }
@@ -2497,7 +2541,6 @@ static TrainArgs parse_args(int argc, char** argv) {
     require(args.checkpoint_every >= 0, "-n", "must not be negative");
     require(args.checkpoint_keep >= 0, "-nk", "must not be negative");
     require(args.resume == 0 || args.resume == 1, "-y", "must be 0 or 1");
-    require(args.recompute_gelu == 0 || args.recompute_gelu == 1, "-r", "must be 0 or 1");
     require(args.output_dir != NULL || (args.checkpoint_every == 0 && !args.resume), "-o", "-n and -y need an output directory");
     require(args.peak_tflops >= 0.0f, "--peak-tflops", "must not be negative");
     require(args.stop_at >= 0, "--stop-at", "must not be negative (0: off)");
@@ -2787,7 +2830,6 @@ int main(int argc, char** argv) {
         printf("resumed from %s at step %d\n", args.output_dir, start_step);
         fprintf(log, "# resumed at step %d\n", start_step);
     }
-    model.recompute_gelu = args.recompute_gelu == 1;
     gpt2_allocate_activations(&model, r->B, std::max(r->T, std::min(args.gen_tokens + 1, c->max_seq_len)));
     float peak_tflops = args.peak_tflops > 0 ? args.peak_tflops : tf32_peak_tflops(g_device_name);
     print_config(&model, &args, dataloader_batches_per_epoch(&train_loader), val_B, val_batches, peak_tflops);

@@ -11,8 +11,9 @@ fixtures=dev/test/fixtures
 mutations=(
   "relu forward without 1/(t+1)|relu|s#row_scale\[i\] = 1.0f / (warp_query0 + transposed_row(i, q) + 1);#row_scale[i] = 1.0f;#"
   "relu backward without 1/(t+1)|relu|s#dp = s > 0.0f ? dp \* stat_a : 0.0f;#dp = s > 0.0f ? dp : 0.0f;#"
-  "attprojb gradient not computed|softmax relu|s#g.attprojb + l \* C,#NULL,#"
+  "attprojb gradient added into fcprojb|softmax relu|s#bias_backward(g.attprojb + l \* C,#bias_backward(g.fcprojb + l * C,#"
   "bias gradient sums one row chunk|softmax|s#for (unsigned int y = 0; y < gridDim.y; y++)#for (unsigned int y = 0; y < 1; y++)#"
+  "fcproj weight gradient from the GELU's input, not its output|softmax|s#tiles\[1\]\[ty + 8 \* k\]\[tx\] = gelu(x\[k\]);#tiles[1][ty + 8 * k][tx] = x[k];#"
   "GELU derivative without the 3 in 3*0.044715*x^2|softmax|s#(1.0f + 3.0f \* 0.044715f \* x \* x)#(1.0f + 0.044715f * x * x)#"
   "GELU derivative without its sech^2 term|softmax|s#0.5f \* (1.0f + th) + 0.5f \* x \* sech2#0.5f * (1.0f + th) + 0.0f * x * sech2#"
   "softmax backward without delta|softmax|s#dp = p \* (dp - stat_b);#dp = p * dp;#"

@@ -1,25 +1,29 @@
 /*
-Kernel lab: GELU backward, tanh form, over the MLP's N x 4C = 8192 x 3072 elements, in place:
-d = d * gelu'(x), x the pre-activation stored by the forward pass. The trainer has no separate
-GELU backward any more: its fc bias gradient applies it while it sums (bias_backward with
-gelu_inp), so the fusion is measured here against the pair it replaces.
+Kernel lab: GELU backward, tanh form, over the MLP's N x 4C = 8192 x 3072 elements: the gradient
+before the GELU, d * gelu'(x), from d (the gradient of its output) and x (its input, stored by the
+forward pass). The trainer has no separate GELU backward: its fc bias gradient applies it while it
+sums and transposes (bias_backward with gelu_inp), and recomputes gelu(x) in the same pass, written
+transposed for the fcproj weight gradient. The fusion is measured here against the passes it
+replaces.
 
   variant 1  naive: a thread per element, out of place
   variant 2  float4 per thread, in place (the GELU backward alone)
-  variant 3  the trainer's bias_backward with gelu_inp: d *= gelu'(x) in place and the fc bias
-             gradient (column sums of d) in one pass
-  variant 4  unfused: 2, then bias_backward without the GELU (the pair 3 replaces)
-  Fusion (e), the GELU output recomputed in the backward pass instead of stored for each layer:
-  the backward needs gelu(x) again as the input of the MLP down-projection's dweight product.
-  Against variant 2 (the GELU output stored, nothing to recompute):
-  variant 5  fused: one pass reads x and d, writes d * gelu'(x) and gelu(x) (float4)
-  variant 6  unfused: the trainer's gelu_forward recomputes gelu(x) (as its -r 1 does), then 2
+  variant 3  the trainer's bias_backward with gelu_inp: reads d and x, writes dfch_t = (d * gelu'(x))^T
+             and gelu_t = gelu(x)^T (both 4C x N) and the fc bias gradient (column sums of d * gelu'(x))
+  variant 4  unfused, the passes 3 replaces: 5 (row-major), then bias_backward without the GELU
+             (dfch_t and the bias gradient), then transpose_matrices of gelu(x) (gelu_t)
+  Fusion (e), gelu(x) recomputed in the backward pass instead of stored for each layer: the
+  backward needs it again as the input of the MLP down-projection's dweight product. Row-major,
+  against variant 2 (gelu(x) stored, nothing to recompute):
+  variant 5  fused: one pass reads x and d, writes d * gelu'(x) in place and gelu(x) (float4)
+  variant 6  unfused: the trainer's gelu_forward recomputes gelu(x), then 2
 
   ./gelu_backward [variant ...]
 
-Bytes counted: variants 1-2 read x and d and write d (3 n floats); 3 the same plus dbias read and
-written; 4 reads d once more (4 n); 5 also writes gelu(x) (4 n); 6 reads x and writes gelu(x),
-then 3 n (5 n).
+Bytes counted: variants 1-2 read x and d and write the gradient (3 n floats); 3 reads x and d and
+writes dfch_t and gelu_t (4 n), plus dbias read and written; 4 does 5 (4 n), reads d and writes
+dfch_t (2 n), reads gelu(x) and writes gelu_t (2 n): 8 n, plus dbias; 5 writes gelu(x) too (4 n);
+6 reads x and writes gelu(x), then 3 n (5 n).
 */
 #include "common.h"
 
@@ -28,8 +32,8 @@ static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: thread per element, out of place",
     "2 float4 per thread, in place",
-    "3 trainer: bias_backward(gelu_inp), dGELU + fc dbias",
-    "4 unfused: 2, then bias_backward without the GELU",
+    "3 trainer: bias_backward(gelu_inp): dfch_t, gelu_t, fc dbias",
+    "4 unfused: 5, bias_backward without GELU, transpose gelu(x)",
     "5 (e) fused: gradient + recomputed gelu(x), float4",
     "6 (e) unfused: gelu_forward again, then 2",
 };
@@ -37,6 +41,11 @@ static const char* const VARIANT_NAMES[] = {
 // Relative to max |value|: tanhf within a few ulp, then a dozen float operations; the bias
 // gradient sums N = 8192 rows (~sqrt(N) * 6e-8).
 static const double TOLERANCE = 1e-5;
+
+// The trainer's gelu_grad on a float4.
+__device__ inline float4 gelu_grad4(float4 x) {
+    return make_float4(gelu_grad(x.x), gelu_grad(x.y), gelu_grad(x.z), gelu_grad(x.w));
+}
 
 __global__ void naive_kernel(float* dinp, const float* dout, const float* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -58,6 +67,7 @@ __global__ void recompute_kernel(float4* d, float4* gelu_out, const float4* inp,
 
 typedef struct {
     float *d, *d0, *dinp, *x, *gelu_out;  // d0: the incoming gradient, restored before each run
+    float *dfch_t, *gelu_t;               // variants 3, 4: (OC, N), the transposed outputs
     float *dbias, *dbias0, *partials;     // variants 3, 4: the fc bias gradient
     unsigned int* counters;
     int N, OC;
@@ -65,11 +75,17 @@ typedef struct {
 } Buffers;
 
 static bool out_of_place(int variant) { return variant == 1; }
-static bool with_bias(int variant) { return variant == 3 || variant == 4; }
-static bool recomputes(int variant) { return variant >= 5; }
+static bool transposed(int variant) { return variant == 3 || variant == 4; }  // writes dfch_t, gelu_t, dbias
+static bool writes_d(int variant) { return variant != 1 && variant != 3; }
+static bool writes_gelu_out(int variant) { return variant >= 4; }
 
 static void launch_float4(const Buffers& b) {
     float4_kernel<<<ceil_div(b.n / 4, 256), 256>>>((float4*)b.d, (const float4*)b.x, b.n / 4);
+    cudaCheck(cudaGetLastError());
+}
+
+static void launch_recompute(const Buffers& b) {
+    recompute_kernel<<<ceil_div(b.n / 4, 256), 256>>>((float4*)b.d, (float4*)b.gelu_out, (const float4*)b.x, b.n / 4);
     cudaCheck(cudaGetLastError());
 }
 
@@ -81,13 +97,13 @@ static void launch_variant(int variant, const Buffers& b) {
     } else if (variant == 2) {
         launch_float4(b);
     } else if (variant == 3) {
-        bias_backward(b.dbias, b.partials, b.counters, b.d, b.x, b.N, b.OC);
+        bias_backward(b.dbias, b.dfch_t, b.gelu_t, b.partials, b.counters, b.d, b.x, b.N, b.OC);
     } else if (variant == 4) {
-        launch_float4(b);
-        bias_backward(b.dbias, b.partials, b.counters, b.d, NULL, b.N, b.OC);
+        launch_recompute(b);
+        bias_backward(b.dbias, b.dfch_t, NULL, b.partials, b.counters, b.d, NULL, b.N, b.OC);
+        transpose_matrices(b.gelu_t, b.gelu_out, b.N, b.OC, 1);
     } else if (variant == 5) {
-        recompute_kernel<<<ceil_div(n / 4, 256), 256>>>((float4*)b.d, (float4*)b.gelu_out, (const float4*)b.x, n / 4);
-        cudaCheck(cudaGetLastError());
+        launch_recompute(b);
     } else {
         gelu_forward(b.gelu_out, b.x, n);
         launch_float4(b);
@@ -99,9 +115,23 @@ static void reset(const Buffers& b, int variant) {
     copy_floats(b.d, b.d0, b.n);
     copy_floats(b.dbias, b.dbias0, b.OC);
     if (out_of_place(variant)) { poison(b.dinp, b.n); }
-    if (recomputes(variant)) { poison(b.gelu_out, b.n); }
+    if (writes_gelu_out(variant)) { poison(b.gelu_out, b.n); }
+    if (transposed(variant)) {
+        poison(b.dfch_t, b.n);
+        poison(b.gelu_t, b.n);
+    }
 }
 
+// got (OC, N) against want (N, OC): got[o * N + row] is want[row * OC + o].
+static double transposed_error(const std::vector<float>& got, const std::vector<double>& want, int N, int OC) {
+    ErrorMeter e = {};
+    for (int row = 0; row < N; row++) {
+        for (int o = 0; o < OC; o++) { error_add(&e, got[(size_t)o * N + row], want[(size_t)row * OC + o]); }
+    }
+    return error_value(e);
+}
+
+// Variants 3-4: dfch_t, gelu_t and dbias; the others: the gradient and, where written, gelu(x).
 static double check_variant(const Buffers& b, int variant) {
     size_t n = b.n;
     fill_uniform(b.x, n, -5.0f, 5.0f);
@@ -116,16 +146,26 @@ static double check_variant(const Buffers& b, int variant) {
         gelu_ref[i] = gelu_tanh(x[i]);
         dbias_ref[i % b.OC] += ref[i];
     }
+    if (transposed(variant)) {
+        return std::max({transposed_error(download(b.dfch_t, n), ref, b.N, b.OC),
+                         transposed_error(download(b.gelu_t, n), gelu_ref, b.N, b.OC),
+                         relative_error(download(b.dbias, b.OC), dbias_ref)});
+    }
     double error = relative_error(download(out_of_place(variant) ? b.dinp : b.d, n), ref);
-    if (recomputes(variant)) { error = std::max(error, relative_error(download(b.gelu_out, n), gelu_ref)); }
-    if (with_bias(variant)) { error = std::max(error, relative_error(download(b.dbias, b.OC), dbias_ref)); }
+    if (writes_gelu_out(variant)) { error = std::max(error, relative_error(download(b.gelu_out, n), gelu_ref)); }
     return error;
 }
 
 static std::vector<Output> outputs_of(const Buffers& b, int variant) {
-    std::vector<Output> outputs = {{out_of_place(variant) ? b.dinp : b.d, b.n}};
-    if (recomputes(variant)) { outputs.push_back({b.gelu_out, b.n}); }
-    if (with_bias(variant)) { outputs.push_back({b.dbias, (size_t)b.OC}); }
+    std::vector<Output> outputs;
+    if (out_of_place(variant)) { outputs.push_back({b.dinp, b.n}); }
+    if (writes_d(variant)) { outputs.push_back({b.d, b.n}); }
+    if (writes_gelu_out(variant)) { outputs.push_back({b.gelu_out, b.n}); }
+    if (transposed(variant)) {
+        outputs.push_back({b.dfch_t, b.n});
+        outputs.push_back({b.gelu_t, b.n});
+        outputs.push_back({b.dbias, (size_t)b.OC});
+    }
     return outputs;
 }
 
@@ -133,11 +173,11 @@ int main(int argc, char** argv) {
     lab_init(argc, argv, NUM_VARIANTS);
     const int N = LAB_ROWS, OC = 4 * LAB_C;
     size_t n = (size_t)N * OC;
-    Buffers b = {gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(OC),
-                 gpu_floats(OC), gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * OC),
+    Buffers b = {gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(n), gpu_floats(n),
+                 gpu_floats(n), gpu_floats(OC), gpu_floats(OC), gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * OC),
                  (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS), N, OC, n};
     cudaCheck(cudaMemset(b.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
-    const double bytes_per_element[] = {0, 3, 3, 3, 4, 4, 5};
+    const double bytes_per_element[] = {0, 3, 3, 4, 8, 4, 5};
     double ms_of[NUM_VARIANTS + 1] = {};  // per variant, for the fusion (e) verdict
     for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
         if (!variant_selected(variant)) { continue; }
@@ -146,13 +186,14 @@ int main(int argc, char** argv) {
         Launch restore = [&] { reset(b, variant); };
         Determinism det = deterministic(launch, restore, outputs_of(b, variant));
         ms_of[variant] = bench_ms(launch, restore);
-        double bytes = bytes_per_element[variant] * n * sizeof(float) + (with_bias(variant) ? 2.0 * OC * 4 : 0.0);
+        double bytes = bytes_per_element[variant] * n * sizeof(float) + (transposed(variant) ? 2.0 * OC * 4 : 0.0);
         print_row("gelu_backward", VARIANT_NAMES[variant], ms_of[variant], bytes, CEILING_COPY, error, TOLERANCE, det);
     }
     if (ms_of[2] > 0.0 && ms_of[5] > 0.0 && ms_of[6] > 0.0) {
         double saved_gb = 11.0 * n * sizeof(float) / 1e9;  // 12 layers of gelu(x) at B = 8, less one scratch
-        note("(e) against storing gelu(x) (2): recomputing costs %+.3f ms (fused, 5) or %+.3f ms (unfused, 6) per "
-             "layer, %+.2f / %+.2f ms per step of 12 layers; it saves %.2f GB at B=8 (%.2f GB at B=16)",
+        note("(e) recomputing gelu(x) rather than storing it (2) costs %+.3f ms (fused, 5) or %+.3f ms (unfused, 6) "
+             "per layer, %+.2f / %+.2f ms per step of 12 layers; storing it would take %.2f GB more at B=8 (%.2f GB "
+             "at B=16). The trainer recomputes it inside 3.",
              ms_of[5] - ms_of[2], ms_of[6] - ms_of[2], 12 * (ms_of[5] - ms_of[2]), 12 * (ms_of[6] - ms_of[2]),
              saved_gb, 2 * saved_gb);
     }

@@ -2,26 +2,38 @@
 Kernel lab: the linear layer backward on the MLP up-projection of GPT-2 124M (N = B*T = 8192 rows,
 C = 768 in, OC = 3072 out), from dout (N, OC), inp (N, C), weight (OC, C):
   dinp (N, C) = dout @ weight,   dweight (OC, C) += dout^T @ inp,   dbias (OC) += column sums of dout
+The trainer's products read transposed copies, so that both operands have the summed dimension
+contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights change), dout_t (OC, N)
+(written by bias_backward while it sums dbias) and inp_t (C, N) (transpose_matrices).
 
   variant 1  naive: a thread per output of each (dinp, dweight, dbias), FP32
-  variant 2  the trainer's matmul_backward_input and matmul_backward_weight: cuBLASLt TF32 for
-             dinp (from the transposed weight copy, weight_t) and dweight, bias_backward (per-chunk partials, the last block of
-             each column group adds them in order)
-  variant 3  the same launcher in full FP32 (the trainer's -f 0)
-  variant 4  cuBLASLt TF32, the bias gradient fused into the dweight product (BGRADB epilogue;
-             it writes, so a small kernel adds it into dbias)
-  Fusion (c), the MLP's down-projection backward and the GELU backward (fcproj: in 3072, out 768):
-  variant 5  the dinp product with the CUBLASLT_EPILOGUE_DGELU_BGRAD epilogue: dfch = (dout @ W) *
-             gelu'(fch) and the fc bias gradient, in one call (plus the same small add kernel)
-  variant 6  as the trainer does it: the dinp product, then bias_backward with gelu_inp (the GELU
-             backward applied in place while the fc bias gradient is summed)
+  variant 2  the trainer's fc layer: bias_backward (dbias and dout_t; per-chunk partials, the last
+             block of each column group adds them in order), transpose_matrices (inp_t), then
+             matmul_backward_weight (dweight from dout_t, inp_t) and matmul_backward_input (dinp
+             from weight_t, dout_t), cuBLASLt TF32
+  variant 3  the same in full FP32 (the trainer's -f 0)
+  variant 4  cuBLASLt TF32 on the operands as stored (dinp from the weight and dout, dweight from
+             inp and dout), the bias gradient fused into the dweight product (BGRADB epilogue; it
+             writes, so a small kernel adds it into dbias)
+  Fusion (c), the MLP's down-projection backward and the GELU backward (fcproj: in 3072, out 768,
+  its weight fcprojw (768, 3072)), from dresidual (N, C) and fch (N, OC), the GELU's input:
+  variant 5  the dinp product with the CUBLASLT_EPILOGUE_DGELU_BGRAD epilogue: dfch = (dresidual @
+             fcprojw) * gelu'(fch) and the fc bias gradient, in one call (plus the same small add kernel)
+  variant 6  as the trainer does it: matmul_backward_input (dgelu from fcprojw_t and dresidual), then
+             bias_backward with gelu_inp = fch, in one pass: dfch_t = (dgelu * gelu'(fch))^T, gelu_t =
+             gelu(fch)^T (the fcproj dweight product's input) and the fc bias gradient
   variant 7  as 2, each product with the fastest of cuBLASLt's first 16 heuristic algorithms,
              timed here on these shapes (autotuning, instead of the heuristic's first choice)
+
+After variant 2, its parts timed alone, and for comparison the layouts they replace: the dinp
+product from dout as stored and from the weight as stored, the dweight product from inp and dout
+as stored (the trainer's before: both read across the summed dimension), the weight transposition.
 
   ./matmul_backward [variant ...]
 
 FLOPs counted: 4 N C OC for variants 1-4 and 7 (two products), 2 N C OC for 5-6 (one); the bias
-gradient and the GELU are not counted.
+gradient, the transposes and the GELU are not counted. The memory-bound parts count the bytes they
+read and write.
 */
 #include "common.h"
 
@@ -29,8 +41,8 @@ static const int NUM_VARIANTS = 7;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: thread per output, FP32",
-    "2 trainer: dinp + dweight GEMMs, TF32, bias_backward",
-    "3 trainer's launcher in FP32 (-f 0)",
+    "2 trainer: bias_backward, inp_t, dweight + dinp GEMMs, TF32",
+    "3 trainer's launchers in FP32 (-f 0)",
     "4 TF32, dbias by the dweight GEMM's BGRADB epilogue",
     "5 (c) fcproj dinp GEMM + DGELU_BGRAD epilogue",
     "6 (c) trainer's: dinp GEMM, bias_backward(gelu_inp)",
@@ -45,6 +57,7 @@ static const int AUTOTUNE_CANDIDATES = 16;
 
 static bool uses_tf32(int variant) { return variant != 1 && variant != 3; }
 static bool gelu_pair(int variant) { return variant == 5 || variant == 6; }
+static bool writes_transposes(int variant) { return variant == 2 || variant == 3 || variant == 7; }  // dout_t, inp_t
 
 // ----------------------------------------------------------------------------------------------
 
@@ -82,16 +95,23 @@ __global__ void add_kernel(float* dst, const float* src, int n) {
 }
 
 typedef struct {
-    // variants 1-4: the fc layer
-    float *dinp, *dweight, *dbias, *dout, *inp, *weight, *weight_t;  // weight_t (C, OC): weight transposed
-    // variants 5-6: the fcproj layer's dinp and the fc bias gradient
-    float *dfch, *dfcb, *dresidual, *fch, *fcprojw;
+    // variants 1-4 and 7: the fc layer; weight_t (C, OC), dout_t (OC, N), inp_t (C, N): transposed
+    float *dinp, *dweight, *dbias, *dout, *inp, *weight, *weight_t, *dout_t, *inp_t;
+    // variants 5-6: the fcproj layer's dinp and the fc bias gradient; fcprojw (C, OC), fcprojw_t
+    // (OC, C) its transpose; variant 6 writes dgelu (N, OC), dfch_t and gelu_t (OC, N)
+    float *dfch, *dfcb, *dresidual, *fch, *fcprojw, *fcprojw_t, *dgelu, *dfch_t, *gelu_t;
     float *dweight0, *dbias0, *dfcb0;  // start values of the accumulated outputs
     float *bias_scratch, *partials;
     unsigned int* counters;
     LtPlan bgradb_plan, dgelu_plan, dinp_plan, dweight_plan;  // the last two autotuned
     int N, C, OC;
 } Buffers;
+
+// What variants 2, 3 and 7 run before their products: dbias and dout_t, then inp_t.
+static void bias_and_transposes(const Buffers& d) {
+    bias_backward(d.dbias, d.dout_t, NULL, d.partials, d.counters, d.dout, NULL, d.N, d.OC);
+    transpose_matrices(d.inp_t, d.inp, d.N, d.C, 1);
+}
 
 static void launch_variant(int variant, const Buffers& d) {
     int N = d.N, C = d.C, OC = d.OC;
@@ -102,8 +122,9 @@ static void launch_variant(int variant, const Buffers& d) {
         cudaCheck(cudaGetLastError());
     } else if (variant == 2 || variant == 3) {
         g_use_tf32 = variant == 2;
-        matmul_backward_input(d.dinp, d.dout, d.weight_t, N, C, OC);
-        matmul_backward_weight(d.dweight, d.dbias, d.partials, d.counters, d.dout, d.inp, N, C, OC);
+        bias_and_transposes(d);
+        matmul_backward_weight(d.dweight, d.dout_t, d.inp_t, true, N, C, OC);
+        matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
         g_use_tf32 = true;
     } else if (variant == 4) {
         matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
@@ -115,29 +136,38 @@ static void launch_variant(int variant, const Buffers& d) {
         add_kernel<<<ceil_div(OC, 256), 256>>>(d.dfcb, d.bias_scratch, OC);
         cudaCheck(cudaGetLastError());
     } else if (variant == 6) {
-        matmul(d.dfch, d.fcprojw, d.dresidual, NULL, OC, N, C, false, false, 1.0f, 0.0f);
-        bias_backward(d.dfcb, d.partials, d.counters, d.dfch, d.fch, N, OC);
+        matmul_backward_input(d.dgelu, d.dresidual, false, d.fcprojw_t, N, OC, C);
+        bias_backward(d.dfcb, d.dfch_t, d.gelu_t, d.partials, d.counters, d.dgelu, d.fch, N, OC);
     } else {
-        lt_run(&d.dinp_plan, d.dinp, d.weight, d.dout, 0.0f);
-        lt_run(&d.dweight_plan, d.dweight, d.inp, d.dout, 1.0f);
-        bias_backward(d.dbias, d.partials, d.counters, d.dout, NULL, N, OC);
+        bias_and_transposes(d);
+        lt_run(&d.dweight_plan, d.dweight, d.inp_t, d.dout_t, 1.0f);
+        lt_run(&d.dinp_plan, d.dinp, d.weight_t, d.dout_t, 0.0f);
     }
 }
 
-// The parts of variant 2 alone (the trainer's dinp and dweight products and bias_backward), the
-// dinp product from the weight as stored (the trainer's before weight_t; cuBLASLt then reads the
-// weight along its rows' stride) and the weight transposition itself.
-static const int NUM_PARTS = 5;
-static const char* const PART_NAMES[] = {"2 trainer, part: dinp GEMM (weight_t)", "2 trainer, part: dweight GEMM",
-                                         "2 trainer, part: bias_backward", "dinp GEMM from the weight as stored",
+// The parts of variant 2 alone (the first four), then what they replace: the dinp product from
+// dout as stored (weight_t), from the weight as stored (cuBLASLt then reads the weight along its
+// rows' stride), the dweight product from inp and dout as stored, and the weight transposition.
+static const int NUM_PARTS = 8;
+static const char* const PART_NAMES[] = {"2 trainer, part: dinp GEMM (weight_t, dout_t)",
+                                         "2 trainer, part: dweight GEMM (dout_t, inp_t)",
+                                         "2 trainer, part: bias_backward (dbias + dout_t)",
+                                         "2 trainer, part: transpose_matrices of inp",
+                                         "dinp GEMM from dout as stored (weight_t)",
+                                         "dinp GEMM from the weight as stored",
+                                         "dweight GEMM from both as stored (the trainer's before)",
                                          "transpose_matrices of the weight"};
 
 static void launch_part(int part, const Buffers& d) {
-    if (part == 0) { matmul_backward_input(d.dinp, d.dout, d.weight_t, d.N, d.C, d.OC); }
-    else if (part == 1) { matmul(d.dweight, d.inp, d.dout, NULL, d.C, d.OC, d.N, false, true, 1.0f, 1.0f); }
-    else if (part == 2) { bias_backward(d.dbias, d.partials, d.counters, d.dout, NULL, d.N, d.OC); }
-    else if (part == 3) { matmul(d.dinp, d.weight, d.dout, NULL, d.C, d.N, d.OC, false, false, 1.0f, 0.0f); }
-    else { transpose_matrices(d.weight_t, d.weight, d.OC, d.C, 1); }
+    int N = d.N, C = d.C, OC = d.OC;
+    if (part == 0) { matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC); }
+    else if (part == 1) { matmul_backward_weight(d.dweight, d.dout_t, d.inp_t, true, N, C, OC); }
+    else if (part == 2) { bias_backward(d.dbias, d.dout_t, NULL, d.partials, d.counters, d.dout, NULL, N, OC); }
+    else if (part == 3) { transpose_matrices(d.inp_t, d.inp, N, C, 1); }
+    else if (part == 4) { matmul_backward_input(d.dinp, d.dout, false, d.weight_t, N, C, OC); }
+    else if (part == 5) { matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f); }
+    else if (part == 6) { matmul(d.dweight, d.inp, d.dout, NULL, C, OC, N, false, true, 1.0f, 1.0f); }
+    else { transpose_matrices(d.weight_t, d.weight, OC, C, 1); }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -154,25 +184,34 @@ static void fill_inputs(const Buffers& d) {
     fill_uniform(d.dbias0, d.OC, -1.0f, 1.0f);
     fill_uniform(d.dfcb0, d.OC, -1.0f, 1.0f);
     transpose_matrices(d.weight_t, d.weight, d.OC, d.C, 1);
+    transpose_matrices(d.fcprojw_t, d.fcprojw, d.C, d.OC, 1);
 }
 
-// Outputs poisoned, accumulated outputs set to their start values.
-static void reset_outputs(const Buffers& d) {
-    poison(d.dinp, (size_t)d.N * d.C);
-    poison(d.dfch, (size_t)d.N * d.OC);
+// The accumulated outputs set to their start values.
+static void reset_accumulated(const Buffers& d) {
     copy_floats(d.dweight, d.dweight0, (size_t)d.OC * d.C);
     copy_floats(d.dbias, d.dbias0, d.OC);
     copy_floats(d.dfcb, d.dfcb0, d.OC);
 }
 
-// fc layer: CHECKED_ROWS rows of dinp, CHECKED_WEIGHTS entries of dweight, all of dbias.
-static double check_fc(const Buffers& d) {
+// Outputs and the transposed copies the variants write poisoned, accumulated outputs reset.
+static void reset_outputs(const Buffers& d) {
+    size_t n_in = (size_t)d.N * d.C, n_out = (size_t)d.N * d.OC;
+    poison(d.dinp, n_in);
+    poison(d.inp_t, n_in);
+    for (float* p : {d.dout_t, d.dfch, d.dgelu, d.dfch_t, d.gelu_t}) { poison(p, n_out); }
+    reset_accumulated(d);
+}
+
+// fc layer: CHECKED_ROWS rows of dinp, CHECKED_WEIGHTS entries of dweight, all of dbias, and
+// (variants 2, 3, 7) all of dout_t and inp_t against dout and inp transposed.
+static double check_fc(const Buffers& d, int variant) {
     int N = d.N, C = d.C, OC = d.OC;
     std::vector<float> dout = download(d.dout, (size_t)N * OC), inp = download(d.inp, (size_t)N * C);
     std::vector<float> weight = download(d.weight, (size_t)OC * C), dinp = download(d.dinp, (size_t)N * C);
     std::vector<float> dweight = download(d.dweight, (size_t)OC * C), dweight0 = download(d.dweight0, (size_t)OC * C);
     std::vector<float> dbias = download(d.dbias, OC), dbias0 = download(d.dbias0, OC);
-    ErrorMeter dinp_error = {}, dweight_error = {}, dbias_error = {};
+    ErrorMeter dinp_error = {}, dweight_error = {}, dbias_error = {}, transpose_error = {};
     for (int row : sample_rows(N, CHECKED_ROWS)) {
         for (int c = 0; c < C; c++) {
             double sum = 0.0;
@@ -191,44 +230,64 @@ static double check_fc(const Buffers& d) {
         for (int o = 0; o < OC; o++) { column_sums[o] += dout[(size_t)row * OC + o]; }
     }
     for (int o = 0; o < OC; o++) { error_add(&dbias_error, dbias[o], column_sums[o]); }
-    double error = std::max({error_value(dinp_error), error_value(dweight_error), error_value(dbias_error)});
+    if (writes_transposes(variant)) {
+        std::vector<float> dout_t = download(d.dout_t, (size_t)OC * N), inp_t = download(d.inp_t, (size_t)C * N);
+        for (size_t i = 0; i < dout_t.size(); i++) { error_add(&transpose_error, dout_t[i], dout[i % N * OC + i / N]); }
+        for (size_t i = 0; i < inp_t.size(); i++) { error_add(&transpose_error, inp_t[i], inp[i % N * C + i / N]); }
+    }
+    double error = std::max({error_value(dinp_error), error_value(dweight_error), error_value(dbias_error),
+                             error_value(transpose_error)});
     return count_non_finite(d.dinp, (size_t)N * C) + count_non_finite(d.dweight, (size_t)OC * C) == 0 ? error : INFINITY;
 }
 
-// fcproj + GELU: CHECKED_ROWS rows of dfch against the CPU; dfcb against the column sums of the
-// GPU's own dfch (a full CPU dfch would take N * C * OC multiply-adds).
-static double check_gelu_pair(const Buffers& d) {
+// fcproj + GELU: CHECKED_ROWS rows of dfch (variant 6: of dfch_t, and of gelu_t against gelu(fch))
+// against the CPU; dfcb against the column sums of the GPU's own dfch (a full CPU dfch would take
+// N * C * OC multiply-adds).
+static double check_gelu_pair(const Buffers& d, int variant) {
     int N = d.N, C = d.C, OC = d.OC;
-    std::vector<float> dres = download(d.dresidual, (size_t)N * C), fch = download(d.fch, (size_t)N * OC);
-    std::vector<float> w = download(d.fcprojw, (size_t)C * OC), dfch = download(d.dfch, (size_t)N * OC);
+    size_t n_out = (size_t)N * OC;
+    bool transposed = variant == 6;
+    std::vector<float> dres = download(d.dresidual, (size_t)N * C), fch = download(d.fch, n_out);
+    std::vector<float> w = download(d.fcprojw, (size_t)C * OC), dfch = download(transposed ? d.dfch_t : d.dfch, n_out);
+    std::vector<float> gelu_t = transposed ? download(d.gelu_t, n_out) : std::vector<float>();
     std::vector<float> dfcb = download(d.dfcb, OC), dfcb0 = download(d.dfcb0, OC);
-    ErrorMeter dfch_error = {}, dfcb_error = {};
+    ErrorMeter dfch_error = {}, gelu_error = {}, dfcb_error = {};
     for (int row : sample_rows(N, CHECKED_ROWS)) {
         for (int j = 0; j < OC; j++) {
             double sum = 0.0;
             for (int c = 0; c < C; c++) { sum += (double)dres[(size_t)row * C + c] * w[(size_t)c * OC + j]; }
-            error_add(&dfch_error, dfch[(size_t)row * OC + j], sum * gelu_tanh_grad(fch[(size_t)row * OC + j]));
+            double x = fch[(size_t)row * OC + j];
+            size_t at = transposed ? (size_t)j * N + row : (size_t)row * OC + j;  // [row, j] as stored
+            error_add(&dfch_error, dfch[at], sum * gelu_tanh_grad(x));
+            if (transposed) { error_add(&gelu_error, gelu_t[at], gelu_tanh(x)); }
         }
     }
     std::vector<double> column_sums(dfcb0.begin(), dfcb0.end());
-    for (int row = 0; row < N; row++) {
-        for (int j = 0; j < OC; j++) { column_sums[j] += dfch[(size_t)row * OC + j]; }
-    }
+    for (size_t i = 0; i < n_out; i++) { column_sums[transposed ? i / N : i % OC] += dfch[i]; }
     for (int j = 0; j < OC; j++) { error_add(&dfcb_error, dfcb[j], column_sums[j]); }
-    double error = std::max(error_value(dfch_error), error_value(dfcb_error));
-    return count_non_finite(d.dfch, (size_t)N * OC) == 0 ? error : INFINITY;
+    double error = std::max({error_value(dfch_error), error_value(gelu_error), error_value(dfcb_error)});
+    unsigned long long non_finite = transposed ? count_non_finite(d.dfch_t, n_out) + count_non_finite(d.gelu_t, n_out)
+                                               : count_non_finite(d.dfch, n_out);
+    return non_finite == 0 ? error : INFINITY;
 }
 
 static double check_variant(const Buffers& d, int variant) {
     fill_inputs(d);
     reset_outputs(d);
     launch_variant(variant, d);
-    return gelu_pair(variant) ? check_gelu_pair(d) : check_fc(d);
+    return gelu_pair(variant) ? check_gelu_pair(d, variant) : check_fc(d, variant);
 }
 
 static std::vector<Output> outputs_of(const Buffers& d, int variant) {
-    if (gelu_pair(variant)) { return {{d.dfch, (size_t)d.N * d.OC}, {d.dfcb, (size_t)d.OC}}; }
-    return {{d.dinp, (size_t)d.N * d.C}, {d.dweight, (size_t)d.OC * d.C}, {d.dbias, (size_t)d.OC}};
+    size_t n_in = (size_t)d.N * d.C, n_out = (size_t)d.N * d.OC;
+    if (variant == 5) { return {{d.dfch, n_out}, {d.dfcb, (size_t)d.OC}}; }
+    if (variant == 6) { return {{d.dgelu, n_out}, {d.dfch_t, n_out}, {d.gelu_t, n_out}, {d.dfcb, (size_t)d.OC}}; }
+    std::vector<Output> outputs = {{d.dinp, n_in}, {d.dweight, (size_t)d.OC * d.C}, {d.dbias, (size_t)d.OC}};
+    if (writes_transposes(variant)) {
+        outputs.push_back({d.dout_t, n_out});
+        outputs.push_back({d.inp_t, n_in});
+    }
+    return outputs;
 }
 
 int main(int argc, char** argv) {
@@ -239,22 +298,24 @@ int main(int argc, char** argv) {
     d.N = N, d.C = C, d.OC = OC;
     d.dinp = gpu_floats(n_in), d.dweight = gpu_floats(n_weight), d.dbias = gpu_floats(OC);
     d.dout = gpu_floats(n_out), d.inp = gpu_floats(n_in), d.weight = gpu_floats(n_weight);
-    d.weight_t = gpu_floats(n_weight);
+    d.weight_t = gpu_floats(n_weight), d.dout_t = gpu_floats(n_out), d.inp_t = gpu_floats(n_in);
     d.dfch = gpu_floats(n_out), d.dfcb = gpu_floats(OC), d.dresidual = gpu_floats(n_in), d.fch = gpu_floats(n_out);
-    d.fcprojw = gpu_floats(n_weight);
+    d.fcprojw = gpu_floats(n_weight), d.fcprojw_t = gpu_floats(n_weight);
+    d.dgelu = gpu_floats(n_out), d.dfch_t = gpu_floats(n_out), d.gelu_t = gpu_floats(n_out);
     d.dweight0 = gpu_floats(n_weight), d.dbias0 = gpu_floats(OC), d.dfcb0 = gpu_floats(OC);
     d.bias_scratch = gpu_floats(OC), d.partials = gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * OC);
     d.counters = (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS);
     cudaCheck(cudaMemset(d.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
     d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.bias_scratch, NULL);
     d.dgelu_plan = lt_plan(OC, N, C, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, d.bias_scratch, d.fch);
-    d.dinp_plan = lt_plan(C, N, OC, false, false, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
-    d.dweight_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+    d.dinp_plan = lt_plan(C, N, OC, true, true, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);      // weight_t, dout_t
+    d.dweight_plan = lt_plan(C, OC, N, true, false, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);  // inp_t, dout_t
     if (variant_selected(7)) {
         fill_inputs(d);
         reset_outputs(d);
-        int dinp_rank = lt_autotune(&d.dinp_plan, d.dinp, d.weight, d.dout, 0.0f, AUTOTUNE_CANDIDATES);
-        int dweight_rank = lt_autotune(&d.dweight_plan, d.dweight, d.inp, d.dout, 1.0f, AUTOTUNE_CANDIDATES);
+        bias_and_transposes(d);
+        int dinp_rank = lt_autotune(&d.dinp_plan, d.dinp, d.weight_t, d.dout_t, 0.0f, AUTOTUNE_CANDIDATES);
+        int dweight_rank = lt_autotune(&d.dweight_plan, d.dweight, d.inp_t, d.dout_t, 1.0f, AUTOTUNE_CANDIDATES);
         note("7: the fastest algorithm is the heuristic's number %d for dinp, %d for dweight (0: its own choice)",
              dinp_rank, dweight_rank);
     }
@@ -281,17 +342,21 @@ int main(int argc, char** argv) {
         print_row("matmul_backward", VARIANT_NAMES[variant], bench_ms(launch, reset), flops,
                   uses_tf32(variant) ? CEILING_TF32 : CEILING_FP32, error,
                   uses_tf32(variant) ? TF32_TOLERANCE : FP32_TOLERANCE, det);
-        for (int part = 0; variant == 2 && part < NUM_PARTS; part++) {  // the trainer's parts alone
-            Launch launch_one = [&] { launch_part(part, d); };
-            double part_ms = bench_ms(launch_one, reset);
-            if (part != 2 && part != 4) {
-                print_row("matmul_backward", PART_NAMES[part], part_ms, 2.0 * N * C * OC, CEILING_TF32, 0.0, -1.0,
-                          DETERMINISM_UNCHECKED);
-            } else {  // bytes: dout read once and dbias read and written, or the weight read and written
-                double bytes = part == 4 ? 2.0 * OC * C * sizeof(float) : (n_out + 2.0 * OC) * sizeof(float);
-                print_row("matmul_backward", PART_NAMES[part], part_ms, bytes, CEILING_COPY, 0.0, -1.0,
-                          DETERMINISM_UNCHECKED);
-            }
+        if (variant != 2) { continue; }
+        // The parts: dout_t and inp_t computed once for the products that read them, then only the
+        // accumulated outputs reset between runs. Bytes (0: a product, FLOPs counted): bias_backward
+        // reads dout and writes dout_t, dbias read and written; a transposition reads and writes.
+        reset_outputs(d);
+        bias_and_transposes(d);
+        Launch restore = [&] { reset_accumulated(d); };
+        const double part_bytes[NUM_PARTS] = {0.0, 0.0, (2.0 * n_out + 2.0 * OC) * sizeof(float),
+                                              2.0 * n_in * sizeof(float), 0.0, 0.0, 0.0,
+                                              2.0 * n_weight * sizeof(float)};
+        for (int part = 0; part < NUM_PARTS; part++) {
+            double part_ms = bench_ms([&] { launch_part(part, d); }, restore);
+            bool product = part_bytes[part] == 0.0;
+            print_row("matmul_backward", PART_NAMES[part], part_ms, product ? 2.0 * N * C * OC : part_bytes[part],
+                      product ? CEILING_TF32 : CEILING_COPY, 0.0, -1.0, DETERMINISM_UNCHECKED);
         }
     }
     for (LtPlan* plan : {&d.bgradb_plan, &d.dgelu_plan, &d.dinp_plan, &d.dweight_plan}) { lt_plan_destroy(plan); }
