@@ -495,14 +495,26 @@ __device__ inline float gelu_grad(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+// Thread (tx, ty)'s four elements of the 32-row tile at tile_row (zero outside the chunk).
+__device__ inline void bias_backward_load(float d[4], float x[4], const float* dout, const float* gelu_inp,
+                                          int tile_row, int row_end, int col, int OC) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        int row = tile_row + threadIdx.y + 8 * k;
+        bool inside = row < row_end && col < OC;
+        d[k] = inside ? dout[(size_t)row * OC + col] : 0.0f;
+        if (gelu_inp != NULL) { x[k] = inside ? gelu_inp[(size_t)row * OC + col] : 0.0f; }
+    }
+}
+
 // The output gradient of a linear layer, dout (N, OC), for the weight gradient and the bias:
 // dout_t (OC, N) = dout^T and dbias[o] += the sum over rows of dout[row, o]. With gelu_inp (the
 // GELU's input x, N x OC), dout is the gradient of the GELU's output and what is transposed and
 // summed is the gradient before the GELU, dout * gelu'(x); gelu_t (OC, N) = gelu(x)^T is written
 // too (the fcproj weight gradient's input, so the forward's GELU output need not be kept).
-// Block (x, y) of 32 x 8 threads takes
-// columns [32x, 32x + 32) over the rows of chunk y, in 32 x 32 tiles transposed through shared
-// memory; each thread sums rows ty, ty + 8, ty + 16, ty + 24 of every tile in order. The chunks'
+// Block (x, y) of 32 x 8 threads takes columns [32x, 32x + 32) over the rows of chunk y, in
+// 32 x 32 tiles transposed through shared memory, the next tile's loads in flight while a tile is
+// stored; each thread sums rows ty, ty + 8, ty + 16, ty + 24 of every tile in order. The chunks'
 // partial sums are added in chunk order by the last block of column tile x.
 __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t, float* partials,
                                      unsigned int* counters, const float* dout, const float* gelu_inp, int N, int OC) {
@@ -512,15 +524,9 @@ __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t,
     int rows_per_chunk = ceil_div(N, gridDim.y * 32) * 32;
     int row_begin = blockIdx.y * rows_per_chunk, row_end = min(N, row_begin + rows_per_chunk);
     float sum = 0.0f;
+    float d[4], x[4];
+    bias_backward_load(d, x, dout, gelu_inp, row_begin, row_end, col, OC);
     for (int tile_row = row_begin; tile_row < row_end; tile_row += 32) {
-        float d[4], x[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int row = tile_row + ty + 8 * k;
-            bool inside = row < row_end && col < OC;
-            d[k] = inside ? dout[(size_t)row * OC + col] : 0.0f;
-            if (gelu_inp != NULL) { x[k] = inside ? gelu_inp[(size_t)row * OC + col] : 0.0f; }
-        }
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             if (gelu_inp != NULL) {
@@ -531,6 +537,8 @@ __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t,
             sum += d[k];
         }
         __syncthreads();
+        // the next tile's loads go out before this tile's stores
+        bias_backward_load(d, x, dout, gelu_inp, tile_row + 32, row_end, col, OC);
         int out_col = tile_row + tx;  // the transposed outputs are (OC, N)
 #pragma unroll
         for (int k = 0; k < 4; k++) {
