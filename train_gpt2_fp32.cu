@@ -4,10 +4,12 @@ GPT-2 training in CUDA C++: FP32 weights and activations, TF32 tensor cores for 
 
 Layouts (all row-major, float32):
   activations  (B, T, C): token b*T + t, channel c at ((b*T + t)*C + c)
-  attention    (B, NH, T, T): scores of query t against key s at (((b*NH + h)*T + t)*T + s)
   qkv          (B, T, 3, NH, hs): the 3C row of a token holds q, then k, then v; head h at h*hs
+  attention    flash attention: no (T, T) tensor in memory, one log-sum-exp per (b, h, query)
   linear layer weights (OC, C) as PyTorch stores them: out = inp @ W^T + bias
-Every offset into a tensor is size_t: B*NH*T*T alone passes 2^31 at B=16, T=1024.
+  transposed   W^T (C, OC) and backward activations (C, B*T), so that the matrix products read
+               their operands along the summed dimension (TF32 tensor-core kernels' fast case)
+Every offset into a tensor is size_t: the activations together pass 2^31 floats at B=32, T=1024.
 */
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
