@@ -437,7 +437,9 @@ def synchronize(device):
 
 
 def reference_batch(args, cfg):
-    """The (B, T) batch: the first B*T+1 tokens of --tokens, or random tokens from --seed."""
+    """The (B, T) batch: the first B*T+1 tokens of --tokens, or random tokens from --seed, skewed
+    like text (id = V * u^4 for uniform u: a few ids frequent, so that the trainer's wte gradient
+    splits a frequent token's positions over several buckets)."""
     count = args.batch * args.seq_len + 1
     if args.tokens is not None:
         tokens = read_shard_tokens(args.tokens)
@@ -448,7 +450,8 @@ def reference_batch(args, cfg):
             fail(f"{args.tokens}: token {tokens.max()} is outside the vocabulary of {cfg.vocab_size}")
     else:
         generator = torch.Generator().manual_seed(args.seed)
-        tokens = torch.randint(cfg.vocab_size, (count,), generator=generator).numpy()
+        u = torch.rand(count, generator=generator, dtype=torch.float64)
+        tokens = (u.pow(4) * cfg.vocab_size).long().clamp(max=cfg.vocab_size - 1).numpy()
     return batch_from_tokens(tokens, args.batch, args.seq_len)
 
 

@@ -138,58 +138,89 @@ __global__ void wpe_backward_kernel(float4* dwpe, const float4* dout, int B, int
     dwpe[idx] = dwpe[idx] + sum;
 }
 
-// dwte[token] += sum of dout over the positions holding that token. The positions are grouped by
-// token on the host (TokenBuckets); one block per token sums its positions in increasing order.
-__global__ void wte_backward_kernel(float4* dwte, const float4* dout, const int* bucket_tokens,
-                                    const int* bucket_starts, const int* bucket_positions, int C4) {
-    int bucket = blockIdx.x;
+// The batch's positions grouped by token id (counting sort), for the deterministic wte gradient:
+// a token's positions, in increasing order, fill one bucket, or several consecutive buckets of
+// WTE_BUCKET_POSITIONS (the last one shorter) when the token is frequent. Such a token's buckets
+// form a group; groups are numbered in token order.
+static const int WTE_BUCKET_POSITIONS = 8;
+
+typedef struct {
+    int num_buckets, num_groups;
+    std::vector<int> tokens;     // [num_buckets] token id of each bucket
+    std::vector<int> starts;     // [num_buckets + 1] bucket i holds positions[starts[i] .. starts[i+1])
+    std::vector<int> positions;  // [B*T] positions b*T + t, increasing within a token
+    std::vector<int> groups;     // [num_buckets] the bucket's group, -1 for a token's only bucket
+    std::vector<int> group_bounds;  // [2 num_groups] group g holds buckets [bounds[2g], bounds[2g+1])
+    std::vector<int> counts;     // [V] scratch: each token's count, then its next slot in positions
+} TokenBuckets;
+
+static void token_buckets_build(TokenBuckets* tb, const int* tokens, int n, int vocab_size, int bucket_positions) {
+    tb->counts.assign(vocab_size, 0);
+    for (int i = 0; i < n; i++) { tb->counts[tokens[i]]++; }
+    tb->tokens.clear();
+    tb->starts.clear();
+    tb->groups.clear();
+    tb->group_bounds.clear();
+    int offset = 0;
+    for (int v = 0; v < vocab_size; v++) {  // counts[v] becomes where token v's next position goes
+        int count = tb->counts[v];
+        if (count == 0) { continue; }
+        int group = count > bucket_positions ? (int)tb->group_bounds.size() / 2 : -1;
+        if (group >= 0) { tb->group_bounds.push_back((int)tb->tokens.size()); }
+        for (int first = 0; first < count; first += bucket_positions) {
+            tb->tokens.push_back(v);
+            tb->starts.push_back(offset + first);
+            tb->groups.push_back(group);
+        }
+        if (group >= 0) { tb->group_bounds.push_back((int)tb->tokens.size()); }
+        tb->counts[v] = offset;
+        offset += count;
+    }
+    tb->starts.push_back(offset);
+    tb->num_buckets = (int)tb->tokens.size();
+    tb->num_groups = (int)tb->group_bounds.size() / 2;
+    tb->positions.resize(n);
+    for (int i = 0; i < n; i++) { tb->positions[tb->counts[tokens[i]]++] = i; }
+}
+
+// dwte[token] += sum of dout over the positions holding that token (TokenBuckets): one block per
+// bucket sums its positions in increasing order. A token's only bucket adds its sum directly; the
+// buckets of a group write theirs to partials (one row per bucket), and the group's last block to
+// finish adds them in bucket order.
+__global__ void wte_backward_kernel(float4* dwte, float4* partials, unsigned int* counters, const float4* dout,
+                                    const int* bucket_tokens, const int* bucket_starts, const int* bucket_positions,
+                                    const int* bucket_groups, const int* group_bounds, int C4) {
+    int bucket = blockIdx.x, group = bucket_groups[bucket];
     size_t token = bucket_tokens[bucket];
     int begin = bucket_starts[bucket], end = bucket_starts[bucket + 1];
     for (int c4 = threadIdx.x; c4 < C4; c4 += blockDim.x) {
         float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int i = begin; i < end; i++) { sum = sum + dout[(size_t)bucket_positions[i] * C4 + c4]; }
-        dwte[token * C4 + c4] = dwte[token * C4 + c4] + sum;
+        if (group < 0) { dwte[token * C4 + c4] = dwte[token * C4 + c4] + sum; }
+        else { partials[(size_t)bucket * C4 + c4] = sum; }
+    }
+    if (group < 0) { return; }
+    int first = group_bounds[2 * group], last = group_bounds[2 * group + 1];
+    if (!arrive_last_in_group(&counters[group], last - first)) { return; }
+    for (int c4 = threadIdx.x; c4 < C4; c4 += blockDim.x) {
+        float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int b = first; b < last; b++) { total = total + __ldcg(&partials[(size_t)b * C4 + c4]); }
+        dwte[token * C4 + c4] = dwte[token * C4 + c4] + total;
     }
 }
 
-// dwte and dwpe += the encoder's gradients from dout (B, T, C); num_buckets tokens with their
-// positions grouped as TokenBuckets lays them out.
-static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* bucket_tokens,
-                             const int* bucket_starts, const int* bucket_positions, int num_buckets, int B, int T,
-                             int C) {
-    wte_backward_kernel<<<num_buckets, 256>>>((float4*)dwte, (const float4*)dout, bucket_tokens,
-                                                                  bucket_starts, bucket_positions, C / 4);
+// dwte and dwpe += the encoder's gradients from dout (B, T, C), the positions in buckets as
+// TokenBuckets (uploaded: tokens, starts, positions, groups, group_bounds) lays them out; partials
+// (num_buckets x C floats) and counters (num_groups, zero) are scratch.
+static void encoder_backward(float* dwte, float* dwpe, float* partials, unsigned int* counters, const float* dout,
+                             const int* bucket_tokens, const int* bucket_starts, const int* bucket_positions,
+                             const int* bucket_groups, const int* group_bounds, int num_buckets, int B, int T, int C) {
+    wte_backward_kernel<<<num_buckets, std::min(1024u, ceil_div(C / 4, 32) * 32)>>>(
+        (float4*)dwte, (float4*)partials, counters, (const float4*)dout, bucket_tokens, bucket_starts,
+        bucket_positions, bucket_groups, group_bounds, C / 4);
     cudaCheck(cudaGetLastError());
     wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)dwpe, (const float4*)dout, B, T, C / 4);
     cudaCheck(cudaGetLastError());
-}
-
-// The batch's positions grouped by token id (counting sort), for the deterministic wte gradient.
-typedef struct {
-    int num_buckets;
-    std::vector<int> tokens;     // [num_buckets] token id of each bucket
-    std::vector<int> starts;     // [num_buckets + 1] bucket i holds positions[starts[i] .. starts[i+1])
-    std::vector<int> positions;  // [B*T] positions b*T + t, increasing within a bucket
-    std::vector<int> counts;     // [V] scratch: each token's count, then its next slot in positions
-} TokenBuckets;
-
-static void token_buckets_build(TokenBuckets* tb, const int* tokens, int n, int vocab_size) {
-    tb->counts.assign(vocab_size, 0);
-    for (int i = 0; i < n; i++) { tb->counts[tokens[i]]++; }
-    tb->tokens.clear();
-    tb->starts.clear();
-    int offset = 0;
-    for (int v = 0; v < vocab_size; v++) {  // counts[v] becomes where token v's next position goes
-        if (tb->counts[v] == 0) { continue; }
-        tb->tokens.push_back(v);
-        tb->starts.push_back(offset);
-        offset += tb->counts[v];
-        tb->counts[v] = tb->starts.back();
-    }
-    tb->starts.push_back(offset);
-    tb->num_buckets = (int)tb->tokens.size();
-    tb->positions.resize(n);
-    for (int i = 0; i < n; i++) { tb->positions[tb->counts[tokens[i]]++] = i; }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1816,8 +1847,9 @@ typedef struct {
     // the batch on the device, and its positions grouped by token for the wte gradient, uploaded
     // through pinned staging (reused once upload_done has passed)
     int *inputs, *targets;
-    int *bucket_tokens, *bucket_starts, *bucket_positions;
-    int* staging;  // pinned host: inputs, targets, bucket tokens, starts, positions
+    int *bucket_tokens, *bucket_starts, *bucket_positions, *bucket_groups, *group_bounds;
+    unsigned int* group_counters;  // encoder_backward's, one per group
+    int* staging;  // pinned host: inputs, targets, bucket tokens, starts, positions, groups, group starts
     cudaEvent_t upload_done;
     TokenBuckets buckets;
     bool grads_pending;  // the last forward computed the classifier's gradients for gpt2_backward
@@ -1979,6 +2011,12 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->bucket_tokens = (int*)device_malloc(BT * sizeof(int), "token buckets");
     model->bucket_starts = (int*)device_malloc((BT + 1) * sizeof(int), "token buckets");
     model->bucket_positions = (int*)device_malloc(BT * sizeof(int), "token buckets");
+    model->bucket_groups = (int*)device_malloc(BT * sizeof(int), "token buckets");
+    size_t max_groups = BT / WTE_BUCKET_POSITIONS;  // a group's token has more positions than a bucket
+    model->group_bounds = (int*)device_malloc(std::max(2 * max_groups, (size_t)1) * sizeof(int), "token buckets");
+    model->group_counters = (unsigned int*)device_malloc(std::max(max_groups, (size_t)1) * sizeof(unsigned int),
+                                                         "token buckets");
+    cudaCheck(cudaMemset(model->group_counters, 0, std::max(max_groups, (size_t)1) * sizeof(unsigned int)));
     size_t ln_partials = (size_t)layernorm_backward_grid(c->channels) * 2 * c->channels;
     size_t bias_partials = (size_t)BIAS_BACKWARD_MAX_CHUNKS * 4 * c->channels;
     size_t partials = std::max({ln_partials, bias_partials, (size_t)GRAD_NORM_MAX_BLOCKS});
@@ -1996,7 +2034,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     cudaCheck(cudaMemset(model->step_stats, 0, 3 * sizeof(float)));
     cudaCheck(cudaMallocHost(&model->stats_copies, 4 * sizeof(float)));
     for (cudaEvent_t& event : model->stats_copied) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
-    cudaCheck(cudaMallocHost(&model->staging, (5 * BT + 1) * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->staging, (6 * BT + 2 * max_groups + 1) * sizeof(int)));
     cudaCheck(cudaEventCreateWithFlags(&model->upload_done, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(model->upload_done));
 }
@@ -2070,10 +2108,12 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     if (targets != NULL) { upload(model, model->targets, targets, BT, BT); }
     if (with_grads) {
         TokenBuckets* tb = &model->buckets;
-        token_buckets_build(tb, inputs, (int)BT, V);
+        token_buckets_build(tb, inputs, (int)BT, V, WTE_BUCKET_POSITIONS);
         upload(model, model->bucket_tokens, tb->tokens.data(), tb->num_buckets, 2 * BT);
         upload(model, model->bucket_starts, tb->starts.data(), tb->num_buckets + 1, 3 * BT);
         upload(model, model->bucket_positions, tb->positions.data(), BT, 4 * BT + 1);
+        upload(model, model->bucket_groups, tb->groups.data(), tb->num_buckets, 5 * BT + 1);
+        upload(model, model->group_bounds, tb->group_bounds.data(), 2 * tb->num_groups, 6 * BT + 1);
     }
     cudaCheck(cudaEventRecord(model->upload_done));
 
@@ -2201,8 +2241,9 @@ static void gpt2_backward(GPT2* model) {
     side_marks(model->grads_done);
     main_waits_for(model->grads_done);  // every weight gradient is in before the optimizer or the next forward
     TokenBuckets* tb = &model->buckets;
-    encoder_backward(g.wte, g.wpe, a.dresidual, model->bucket_tokens, model->bucket_starts, model->bucket_positions,
-                     tb->num_buckets, B, T, C);
+    encoder_backward(g.wte, g.wpe, a.dbt4c, model->group_counters, a.dresidual, model->bucket_tokens,
+                     model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
+                     tb->num_buckets, B, T, C);  // dbt4c (4 B*T*C floats) holds the partials
 }
 
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0);
@@ -2264,8 +2305,9 @@ static void gpt2_free(GPT2* model) {
     float* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                         model->acts_memory, model->reduce_partials, model->step_stats};
     for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
-    int* int_buffers[] = {model->inputs, model->targets, model->bucket_tokens, model->bucket_starts,
-                          model->bucket_positions};
+    int* int_buffers[] = {model->inputs,         model->targets,       model->bucket_tokens, model->bucket_starts,
+                          model->bucket_positions, model->bucket_groups, model->group_bounds,
+                          (int*)model->group_counters};
     for (int* buffer : int_buffers) { cudaCheck(cudaFree(buffer)); }
     cudaCheck(cudaFree(model->weights_t_memory));
     cudaCheck(cudaFree(model->reduce_counters));

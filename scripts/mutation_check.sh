@@ -14,6 +14,7 @@ mutations=(
   "attprojb gradient added into fcprojb|softmax relu|s#bias_backward(g.attprojb + l \* C,#bias_backward(g.fcprojb + l * C,#"
   "bias gradient sums one row chunk|softmax|s#for (unsigned int y = 0; y < gridDim.y; y++)#for (unsigned int y = 0; y < 1; y++)#"
   "fcproj weight gradient from the GELU's input, not its output|softmax|s#tiles\[1\]\[ty + 8 \* k\]\[tx\] = gelu(x\[k\]);#tiles[1][ty + 8 * k][tx] = x[k];#"
+  "wte gradient of a frequent token drops its last bucket|softmax|s#for (int b = first; b < last; b++)#for (int b = first; b < last - 1; b++)#"
   "GELU derivative without the 3 in 3*0.044715*x^2|softmax|s#(1.0f + 3.0f \* 0.044715f \* x \* x)#(1.0f + 0.044715f * x * x)#"
   "GELU derivative without its sech^2 term|softmax|s#0.5f \* (1.0f + th) + 0.5f \* x \* sech2#0.5f * (1.0f + th) + 0.0f * x * sech2#"
   "softmax backward without delta|softmax|s#dp = p \* (dp - stat_b);#dp = p * dp;#"

@@ -5,13 +5,17 @@ Kernel lab: the encoder backward, from dout (B*T = 8192 tokens, C = 768):
   variant 1  naive: a thread per element of dout, float atomicAdd into dwte and dwpe
              (not deterministic)
   variant 2  the trainer's encoder_backward (wte_backward_kernel + wpe_backward_kernel): the
-             positions grouped by token on the host (token_buckets_build), a block per token
-             summing its positions in order; a thread per (t, 4 channels) summing b in order
-  variant 3  as 2, the wte kernel loading 8 rows before adding them (in the same order): more
-             loads in flight for a frequent token's long bucket
+             positions grouped by token on the host (token_buckets_build), a frequent token's in
+             buckets of WTE_BUCKET_POSITIONS; a block per bucket summing its positions in order, a
+             token's bucket sums added in order by its last block; a thread per (t, 4 channels)
+             summing b in order
+  variant 3  one bucket per token, the wte kernel loading 8 rows before adding them (in order):
+             more loads in flight for a frequent token's long bucket
+  variant 4  the trainer's kernels on one bucket per token (the trainer before it split buckets):
+             one block sums a frequent token's positions alone
 
 Each variant runs on uniform tokens and on skewed ones (u^4: a few ids frequent, as in text; the
-most frequent takes ~7% of the positions, which one block of variant 2 sums alone).
+most frequent takes ~7% of the positions).
 
   ./encoder_backward [variant ...]
 
@@ -20,12 +24,13 @@ Bytes counted: dout read once, the touched rows of dwte and all of dwpe read and
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 3;
+static const int NUM_VARIANTS = 4;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: float atomicAdd per element",
     "2 trainer: token buckets, wte + wpe kernels",
-    "3 as 2, 8 rows in flight per thread",
+    "3 a bucket per token, 8 rows in flight",
+    "4 trainer's kernels, a bucket per token",
 };
 static const int ROWS_IN_FLIGHT = 8;
 
@@ -63,7 +68,9 @@ __global__ void rows_in_flight_kernel(float4* dwte, const float4* dout, const in
 
 typedef struct {
     float *dwte, *dwpe, *dwte0, *dwpe0, *dout;
-    int *tokens, *bucket_tokens, *bucket_starts, *bucket_positions;
+    float* partials;  // variants 2, 4: one row per bucket
+    int *tokens, *bucket_tokens, *bucket_starts, *bucket_positions, *bucket_groups, *group_bounds;
+    unsigned int* group_counters;
     int num_buckets;
     int B, T, C;
 } Buffers;
@@ -73,9 +80,9 @@ static void launch_variant(int variant, const Buffers& d) {
     if (variant == 1) {
         atomic_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(d.dwte, d.dwpe, d.dout, d.tokens, B, T, C);
         cudaCheck(cudaGetLastError());
-    } else if (variant == 2) {
-        encoder_backward(d.dwte, d.dwpe, d.dout, d.bucket_tokens, d.bucket_starts, d.bucket_positions, d.num_buckets,
-                         B, T, C);
+    } else if (variant == 2 || variant == 4) {
+        encoder_backward(d.dwte, d.dwpe, d.partials, d.group_counters, d.dout, d.bucket_tokens, d.bucket_starts,
+                         d.bucket_positions, d.bucket_groups, d.group_bounds, d.num_buckets, B, T, C);
     } else {
         rows_in_flight_kernel<<<d.num_buckets, 256>>>((float4*)d.dwte, (const float4*)d.dout, d.bucket_tokens,
                                                       d.bucket_starts, d.bucket_positions, C / 4);
@@ -90,8 +97,9 @@ static void reset(const Buffers& d) {
     copy_floats(d.dwpe, d.dwpe0, (size_t)d.T * d.C);
 }
 
-// Fresh tokens and gradients; the buckets built on the host as the trainer does (timed).
-static void fill(Buffers* d, bool skewed, TokenBuckets* tb, double* bucket_ms) {
+// Fresh tokens and gradients; the buckets built on the host as the trainer does (timed), with at
+// most bucket_positions positions each.
+static void fill(Buffers* d, bool skewed, int bucket_positions, TokenBuckets* tb, double* bucket_ms) {
     size_t bt = (size_t)d->B * d->T;
     fill_tokens(d->tokens, bt, LAB_V, skewed);
     fill_uniform(d->dout, bt * d->C, -1.0f, 1.0f);
@@ -99,12 +107,15 @@ static void fill(Buffers* d, bool skewed, TokenBuckets* tb, double* bucket_ms) {
     fill_uniform(d->dwpe0, (size_t)d->T * d->C, -1.0f, 1.0f);
     std::vector<int> tokens = download_ints(d->tokens, bt);
     double start = wall_seconds();
-    token_buckets_build(tb, tokens.data(), (int)bt, LAB_V);
+    token_buckets_build(tb, tokens.data(), (int)bt, LAB_V, bucket_positions);
     *bucket_ms = (wall_seconds() - start) * 1e3;
     d->num_buckets = tb->num_buckets;
     cudaCheck(cudaMemcpy(d->bucket_tokens, tb->tokens.data(), tb->num_buckets * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d->bucket_starts, tb->starts.data(), (tb->num_buckets + 1) * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d->bucket_positions, tb->positions.data(), bt * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d->bucket_groups, tb->groups.data(), tb->num_buckets * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d->group_bounds, tb->group_bounds.data(), 2 * tb->num_groups * sizeof(int),
+                         cudaMemcpyHostToDevice));
 }
 
 static double check(const Buffers& d) {
@@ -130,28 +141,37 @@ int main(int argc, char** argv) {
     d.dwte = gpu_floats(n_wte), d.dwpe = gpu_floats(n_wpe), d.dwte0 = gpu_floats(n_wte), d.dwpe0 = gpu_floats(n_wpe);
     d.dout = gpu_floats(bt * d.C);
     d.tokens = gpu_ints(bt), d.bucket_tokens = gpu_ints(bt), d.bucket_starts = gpu_ints(bt + 1);
-    d.bucket_positions = gpu_ints(bt);
+    d.bucket_positions = gpu_ints(bt), d.bucket_groups = gpu_ints(bt), d.group_bounds = gpu_ints(bt + 1);
+    d.partials = gpu_floats(bt * d.C);
+    d.group_counters = (unsigned int*)gpu_ints(bt);
+    cudaCheck(cudaMemset(d.group_counters, 0, bt * sizeof(unsigned int)));
     TokenBuckets tb;
     for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
         if (!variant_selected(variant)) { continue; }
         for (bool skewed : {false, true}) {
             double bucket_ms = 0.0;
-            fill(&d, skewed, &tb, &bucket_ms);
+            fill(&d, skewed, variant == 2 ? WTE_BUCKET_POSITIONS : INT_MAX, &tb, &bucket_ms);
             reset(d);
             launch_variant(variant, d);
             double error = check(d);
             Launch launch = [&] { launch_variant(variant, d); };
             Launch restore = [&] { reset(d); };
             Determinism det = deterministic(launch, restore, {{d.dwte, n_wte}, {d.dwpe, n_wpe}});
-            int largest = 0;
-            for (int i = 0; i < tb.num_buckets; i++) { largest = std::max(largest, tb.starts[i + 1] - tb.starts[i]); }
+            int distinct = 0, largest = 0, run = 0;  // tokens, and the most frequent one's positions
+            for (int i = 0; i < tb.num_buckets; i++) {  // a token's buckets are consecutive
+                bool same_token = i > 0 && tb.tokens[i] == tb.tokens[i - 1];
+                run = (same_token ? run : 0) + tb.starts[i + 1] - tb.starts[i];
+                distinct += same_token ? 0 : 1;
+                largest = std::max(largest, run);
+            }
             char name[96];
             snprintf(name, sizeof(name), "%s, %s tokens", VARIANT_NAMES[variant], skewed ? "skewed" : "uniform");
-            double bytes = ((double)bt * d.C + 2.0 * tb.num_buckets * d.C + 2.0 * n_wpe) * 4;
+            double bytes = ((double)bt * d.C + 2.0 * distinct * d.C + 2.0 * n_wpe) * 4;
             print_row("encoder_backward", name, bench_ms(launch, restore), bytes, CEILING_COPY, error, TOLERANCE, det);
             if (variant == 2) {
-                note("%s tokens: %d distinct, the most frequent at %d positions; token_buckets_build on the host: %.2f ms",
-                     skewed ? "skewed" : "uniform", tb.num_buckets, largest, bucket_ms);
+                note("%s tokens: %d distinct, the most frequent at %d positions, %d buckets in %d groups; "
+                     "token_buckets_build on the host: %.2f ms",
+                     skewed ? "skewed" : "uniform", distinct, largest, tb.num_buckets, tb.num_groups, bucket_ms);
             }
         }
     }
