@@ -50,8 +50,9 @@ static float header_float(const int* header, int slot) {
     return value;
 }
 
-static void read_debug_state(DebugState* st, const char* path, const GPT2* model) {
-    const GPT2Config* c = &model->config;
+// The reference state for a model of config c (host only, no GPU needed).
+static void read_debug_state(DebugState* st, const char* path, const GPT2Config* c) {
+    size_t num_parameters = count_parameters(c);
     FILE* file = fopen_or_fail(path, "rb");
     int header[256];
     fread_or_fail(header, sizeof(int), 256, file, path);
@@ -86,7 +87,7 @@ static void read_debug_state(DebugState* st, const char* path, const GPT2* model
              st->attention, c->vocab_size, c->padded_vocab_size, (int)c->attention);
     }
     size_t BT = (size_t)st->B * st->T;
-    int64_t expected = 4 * (256 + 2 * BT + BT * st->Vp + 1 + model->num_parameters + 2 * (size_t)st->num_steps);
+    int64_t expected = 4 * (256 + 2 * BT + BT * st->Vp + 1 + num_parameters + 2 * (size_t)st->num_steps);
     if (file_size(path) != expected) {
         fail("%s: %lld bytes, expected %lld for this model and header (truncated or not its state)", path,
              (long long)file_size(path), (long long)expected);
@@ -94,7 +95,7 @@ static void read_debug_state(DebugState* st, const char* path, const GPT2* model
     st->inputs.resize(BT);
     st->targets.resize(BT);
     st->logits.resize(BT * st->Vp);
-    st->grads.resize(model->num_parameters);
+    st->grads.resize(num_parameters);
     st->step_losses.resize(st->num_steps);
     st->grad_norms.resize(st->num_steps);
     fread_or_fail(st->inputs.data(), sizeof(int), BT, file, path);
@@ -161,14 +162,15 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-f") == 0 && is_bit(argv[i + 1])) { use_tf32 = atoi(argv[i + 1]); }
         else { fail("unknown flag or value %s %s (%s)", argv[i], argv[i + 1], usage); }
     }
+    GPT2Config config = read_checkpoint_config(model_path);  // the files are checked with or without a GPU
+    DebugState st;
+    read_debug_state(&st, state_path, &config);
     if (!cuda_setup(use_tf32 == 1)) {
         printf("SKIPPED (no GPU): test_gpt2_fp32 %s\n", state_path);
         return 0;
     }
     GPT2 model;
     gpt2_build_from_checkpoint(&model, model_path);
-    DebugState st;
-    read_debug_state(&st, state_path, &model);
     const GPT2Config* c = &model.config;
     const Tolerances tol = use_tf32 ? TF32_TOLERANCES : FP32_TOLERANCES;
     printf("test_gpt2_fp32: %s, %s attention, %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n", state_path,

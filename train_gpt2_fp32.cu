@@ -1728,6 +1728,13 @@ static void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Confi
     memcpy(sizes, list, sizeof(list));
 }
 
+static size_t count_parameters(const GPT2Config* config) {
+    size_t sizes[NUM_PARAMETER_TENSORS], total = 0;
+    parameter_sizes(sizes, config);
+    for (size_t size : sizes) { total += size; }
+    return total;
+}
+
 static void point_parameters(ParameterTensors* tensors, float* memory, const size_t sizes[NUM_PARAMETER_TENSORS]) {
     float** ptrs[NUM_PARAMETER_TENSORS] = {
         &tensors->wte, &tensors->wpe, &tensors->ln1w, &tensors->ln1b, &tensors->qkvw, &tensors->qkvb,
@@ -1886,7 +1893,7 @@ static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     *model = GPT2();
     model->config = *config;
     parameter_sizes(model->param_sizes, config);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    model->num_parameters = count_parameters(config);
     size_t bytes = model->num_parameters * sizeof(float);
     model->params_memory = (float*)device_malloc(bytes, "parameters");
     model->grads_memory = (float*)device_malloc(bytes, "gradients");
@@ -1924,10 +1931,12 @@ static void gpt2_transpose_weights(GPT2* model) {
 static const int CHECKPOINT_MAGIC = 20240326;
 static const int CHECKPOINT_VERSION = 3;
 
-static void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
+// The config of a checkpoint file, its header and size checked (host only, no GPU needed).
+static GPT2Config read_checkpoint_config(const char* path) {
     FILE* file = fopen_or_fail(path, "rb");
     int header[256];
     fread_or_fail(header, sizeof(int), 256, file, path);
+    fclose(file);
     if (header[0] != CHECKPOINT_MAGIC) {
         fail("%s: bad magic %d, expected %d (not a GPT-2 model file)", path, header[0], CHECKPOINT_MAGIC);
     }
@@ -1936,13 +1945,20 @@ static void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
     }
     GPT2Config config = {header[2], header[3], header[7], header[4], header[5], header[6], (AttentionKind)header[8]};
     validate_config(&config, path);
-    gpt2_allocate_parameters(model, &config);
-    int64_t expected = 256 * sizeof(int) + (int64_t)model->num_parameters * sizeof(float);
+    int64_t expected = 256 * sizeof(int) + (int64_t)count_parameters(&config) * sizeof(float);
     if (file_size(path) != expected) {
         fail("%s: %lld bytes, expected %lld for its config (truncated or corrupt)", path, (long long)file_size(path),
              (long long)expected);
     }
+    return config;
+}
+
+static void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
+    GPT2Config config = read_checkpoint_config(path);
+    gpt2_allocate_parameters(model, &config);
+    FILE* file = fopen_or_fail(path, "rb");
     std::vector<float> host(model->num_parameters);
+    if (fseek(file, 256 * sizeof(int), SEEK_SET) != 0) { fail("%s: cannot seek past the header", path); }
     fread_or_fail(host.data(), sizeof(float), host.size(), file, path);
     fclose(file);
     cudaCheck(cudaMemcpy(model->params_memory, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
