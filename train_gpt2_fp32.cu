@@ -528,6 +528,21 @@ __device__ inline float gelu_grad(float x) {
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+// Stores a 32 x 32 shared-memory tile (padded rows of 33) transposed at rows [out_row0, +32) and
+// columns [out_col0, +32) of out (leading dimension ld), inside out_rows x out_cols; a block of
+// 32 x 8 threads, each writing 4 elements, a warp 32 consecutive floats of a row.
+__device__ inline void store_tile_transposed(float* out, size_t ld, const float (*tile)[33], int out_row0,
+                                             int out_col0, int out_rows, int out_cols) {
+    int out_col = out_col0 + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < 32; j += 8) {
+        int out_row = out_row0 + threadIdx.y + j;
+        if (out_row < out_rows && out_col < out_cols) {
+            out[(size_t)out_row * ld + out_col] = tile[threadIdx.x][threadIdx.y + j];
+        }
+    }
+}
+
 // Thread (tx, ty)'s four elements of the 32-row tile at tile_row (zero outside the chunk).
 __device__ inline void bias_backward_load(float d[4], float x[4], const float* dout, const float* gelu_inp,
                                           int tile_row, int row_end, int col, int OC) {
@@ -572,15 +587,9 @@ __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t,
         __syncthreads();
         // the next tile's loads go out before this tile's stores
         bias_backward_load(d, x, dout, gelu_inp, tile_row + 32, row_end, col, OC);
-        int out_col = tile_row + tx;  // the transposed outputs are (OC, N)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int out_row = blockIdx.x * 32 + ty + 8 * k;
-            if (out_row < OC && out_col < row_end) {
-                dout_t[(size_t)out_row * N + out_col] = tiles[0][tx][ty + 8 * k];
-                if (gelu_inp != NULL) { gelu_t[(size_t)out_row * N + out_col] = tiles[1][tx][ty + 8 * k]; }
-            }
-        }
+        // the transposed outputs are (OC, N); the chunk's rows end at row_end
+        store_tile_transposed(dout_t, N, tiles[0], blockIdx.x * 32, tile_row, OC, row_end);
+        if (gelu_inp != NULL) { store_tile_transposed(gelu_t, N, tiles[1], blockIdx.x * 32, tile_row, OC, row_end); }
         __syncthreads();
     }
     tiles[0][ty][tx] = sum;
@@ -652,13 +661,7 @@ __global__ void transpose_kernel(float* out, const float* in, int rows, int cols
         tile[threadIdx.y + 8 * j][threadIdx.x] = x[j];
     }
     __syncthreads();
-    int out_col = blockIdx.y * 32 + threadIdx.x, out_row = blockIdx.x * 32 + threadIdx.y;  // out is (cols, rows)
-#pragma unroll
-    for (int j = 0; j < 32; j += 8) {
-        if (out_col < rows && out_row + j < cols) {
-            out[matrix + (size_t)(out_row + j) * rows + out_col] = tile[threadIdx.x][threadIdx.y + j];
-        }
-    }
+    store_tile_transposed(out + matrix, rows, tile, blockIdx.x * 32, blockIdx.y * 32, cols, rows);  // (cols, rows)
 }
 
 static void transpose_matrices(float* out, const float* in, int rows, int cols, int count, cudaStream_t stream = 0) {
