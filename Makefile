@@ -16,16 +16,30 @@ PYTHON ?= python3
 include gpu_arch.mk
 
 CXXFLAGS := -O3 -std=c++17 -Wall -Wextra -I. -pthread
-NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra
+NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra,-pthread
 NVCCLIBS := -lcublasLt -lcublas
+
+# NCCL for several GPUs: found in NCCL_HOME, the CUDA toolkit or /usr (NCCL=0 builds without it,
+# one GPU only).
+CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
+NCCL ?= 1
+ifeq ($(NCCL),1)
+  NCCL_DIR := $(firstword $(foreach d,$(NCCL_HOME) $(CUDA_HOME) /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
+  NCCL_LIB := $(firstword $(wildcard $(NCCL_DIR)/lib64/libnccl.so $(NCCL_DIR)/lib/libnccl.so \
+                                     $(NCCL_DIR)/lib/x86_64-linux-gnu/libnccl.so $(NCCL_DIR)/lib/aarch64-linux-gnu/libnccl.so))
+  ifneq ($(NCCL_LIB),)
+    NVCCFLAGS += -DUSE_NCCL -I$(NCCL_DIR)/include
+    NVCCLIBS += -L$(dir $(NCCL_LIB)) -Xlinker -rpath=$(dir $(NCCL_LIB)) -lnccl
+  endif
+endif
 
 TRAIN_DATA := dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
-LLMC_HEADERS := $(wildcard llmc/*.h)
-CPU_TESTS := build/test_tokenizer build/test_data
+LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
+CPU_TESTS := build/test_tokenizer build/test_data build/test_launch build/test_zero
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data $(CPU_TESTS) build/bench_tokenizer
 
-.PHONY: all train test data fixtures test-124m bench-tokenizer clean lab
+.PHONY: all train test data fixtures test-124m bench-tokenizer clean lab nccl-info
 
 all: $(BINARIES) lab
 
@@ -55,16 +69,20 @@ train: train_gpt2_fp32 $(TRAIN_DATA)
 	./train_gpt2_fp32 -e d12 -b 8 -t 1024 -l 6e-4 -u 50 -k cosine -q 0.1 -c 0.1 -x 300 -v 50 -m 0 -s 100 -g 128 -o log_d12 --force
 
 # CPU tests, then the GPU tests: the committed PyTorch fixtures in full FP32 (tight tolerances)
-# and in TF32 (loose ones) for both attention kinds, then whole runs (determinism, resume).
+# and in TF32 (loose ones) for both attention kinds, then whole runs (determinism, resume), then
+# data-parallel runs on 2 GPUs (SKIPPED with fewer).
 FIXTURES := dev/test/fixtures
 test: all $(TRAIN_DATA)
 	build/test_tokenizer
 	build/test_data
+	build/test_launch
+	build/test_zero
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	dev/test/test_training_runs.sh
+	dev/test/test_multi_gpu.sh
 
 # The reference steps exercise gradient accumulation, clipping and a warmup + cosine schedule.
 REFERENCE_STEPS := --grad-accum 2 --grad-clip 1.5 --lr-warmup 3 --lr-schedule cosine --lr-final-frac 0.1
@@ -92,6 +110,9 @@ test-124m: test_gpt2_fp32 $(VAL_DATA)
 
 bench-tokenizer: build/bench_tokenizer
 	build/bench_tokenizer
+
+nccl-info:
+	@echo "NCCL: $(if $(NCCL_LIB),$(NCCL_LIB) (several GPUs),not found (one GPU; NCCL_HOME=DIR to point at it))"
 
 clean:
 	rm -rf build train_gpt2_fp32 test_gpt2_fp32 prepare_data

@@ -70,7 +70,7 @@ static void read_debug_state(DebugState* st, const char* path, const GPT2Config*
     r->beta2 = header_float(header, 10);
     r->eps = header_float(header, 11);
     r->weight_decay = header_float(header, 12);
-    r->grad_accum_steps = header[13];
+    r->micro_batches = header[13];
     r->grad_clip = header_float(header, 14);
     r->warmup_steps = header[15];
     r->schedule = header[16];
@@ -79,8 +79,8 @@ static void read_debug_state(DebugState* st, const char* path, const GPT2Config*
     if (st->B <= 0 || st->T <= 0 || st->T > c->max_seq_len || st->num_steps < 1 || st->num_steps > 10000) {
         fail("%s: B=%d T=%d steps=%d do not fit the model (maxT %d)", path, st->B, st->T, st->num_steps, c->max_seq_len);
     }
-    if (r->grad_accum_steps < 1 || st->B % r->grad_accum_steps != 0 || r->schedule < 0 || r->schedule > 2) {
-        fail("%s: bad accumulation %d (must divide B=%d) or schedule %d", path, r->grad_accum_steps, st->B, r->schedule);
+    if (r->micro_batches < 1 || st->B % r->micro_batches != 0 || r->schedule < 0 || r->schedule > 2) {
+        fail("%s: bad accumulation %d (must divide B=%d) or schedule %d", path, r->micro_batches, st->B, r->schedule);
     }
     if (st->V != c->vocab_size || st->Vp != c->padded_vocab_size || st->attention != (int)c->attention) {
         fail("%s: V=%d Vp=%d attention=%d, but the model has V=%d Vp=%d attention=%d", path, st->V, st->Vp,
@@ -194,14 +194,15 @@ int main(int argc, char** argv) {
     // AdamW steps on the reference's batch, each over its micro-batches; step 0's loss and
     // accumulated gradients are those of the initial model.
     const RunShape* r = &st.shape;
-    int micro_B = st.B / r->grad_accum_steps;
+    int micro_B = st.B / r->micro_batches;
     for (int step = 0; step < st.num_steps; step++) {
         gpt2_zero_grad(&model);
         gpt2_reset_loss(&model);
-        for (int micro = 0; micro < r->grad_accum_steps; micro++) {
+        for (int micro = 0; micro < r->micro_batches; micro++) {
             size_t rows = (size_t)micro * micro_B * st.T;
+            gpt2_begin_micro_step(&model, micro, r->micro_batches);
             gpt2_forward(&model, st.inputs.data() + rows, st.targets.data() + rows, micro_B, st.T,
-                         1.0f / r->grad_accum_steps, true);
+                         1.0f / r->micro_batches, true);
             gpt2_backward(&model);
         }
         gpt2_update(&model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);

@@ -23,9 +23,12 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 #include <map>
 #include <vector>
 
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
-#include "llmc/utils.h"
+#include "llmc/comm.cuh"       // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
+#include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
+#include "llmc/launch.h"         // defines: LaunchInfo, launchers' variables, --gpus, rendezvous
+#include "llmc/tokenizer.h"      // defines: Tokenizer (GPT-2 BPE)
+#include "llmc/utils.h"          // defines: fail, checked file I/O, atomic writes
+#include "llmc/zero.h"           // defines: ZeRO-1 shards, gradient buckets, the rank-ordered sum
 
 namespace cg = cooperative_groups;
 
@@ -1602,15 +1605,17 @@ typedef struct {
     unsigned int decay_mask;            // bit i: weight decay applies to tensor i
 } TensorTable;
 
-// The gradient is multiplied by *grad_scale, the clipping factor from grad_norm_kernel.
+// The gradient is multiplied by *grad_scale, the clipping factor from grad_norm_finish_kernel.
+// Over n4 x 4 parameters from parameter 4*first4 on (a rank's slice; m and v hold the slice only).
 // One thread per 4 parameters (every tensor's size is a multiple of 4, so they share a tensor).
 __global__ void adamw_kernel(float4* params, float4* m_memory, float4* v_memory, const float4* grads, size_t n4,
-                             TensorTable table, const float* grad_scale, float lr, float beta1, float beta2,
-                             float bias_correction1, float bias_correction2_sqrt, float eps, float weight_decay) {
+                             size_t first4, TensorTable table, const float* grad_scale, float lr, float beta1,
+                             float beta2, float bias_correction1, float bias_correction2_sqrt, float eps,
+                             float weight_decay) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) { return; }
     int tensor = 0;
-    while (4 * i >= table.end[tensor]) { tensor++; }
+    while (4 * (first4 + i) >= table.end[tensor]) { tensor++; }
     float decay = (table.decay_mask >> tensor) & 1u ? weight_decay : 0.0f;
     float4 g4 = grads[i], m4 = m_memory[i], v4 = v_memory[i], p4 = params[i];
     float* g = &g4.x;
@@ -1629,20 +1634,26 @@ __global__ void adamw_kernel(float4* params, float4* m_memory, float4* v_memory,
     params[i] = p4;
 }
 
-// Global gradient norm and clipping, as torch.nn.utils.clip_grad_norm_: each block sums the
-// squares of its contiguous slice, the last block sums the block partials in order and writes
-// norm_scale[0] = ||g|| and norm_scale[1] = min(1, max_norm / (||g|| + 1e-6)) (1 if max_norm <= 0).
-__global__ void grad_norm_kernel(float* norm_scale, float* partials, unsigned int* counter, const float4* grads,
-                                 size_t n4, float max_norm) {
-    size_t per_block = (n4 + gridDim.x - 1) / gridDim.x;
-    size_t begin = blockIdx.x * per_block, end = min(n4, begin + per_block);
+// Global gradient norm and clipping, as torch.nn.utils.clip_grad_norm_, in two kernels so that
+// the ranks of a data-parallel run can exchange the partial sums in between: block b of
+// grad_norm_partials_kernel sums the squares of chunk first_chunk + b (ZERO_CHUNK floats) into
+// partials[first_chunk + b]; grad_norm_finish_kernel sums partials[0..num_chunks) in a fixed
+// order and writes norm_scale[0] = ||g||, norm_scale[1] = min(1, max_norm / (||g|| + 1e-6)) (1 if
+// max_norm <= 0). The chunks do not depend on the number of ranks, so neither does the norm.
+static const int GRAD_NORM_THREADS = 1024;
+
+__global__ void grad_norm_partials_kernel(float* partials, const float4* grads, size_t n4, size_t first_chunk) {
+    size_t chunk = first_chunk + blockIdx.x;
+    size_t begin = chunk * (ZERO_CHUNK / 4), end = min(n4, begin + ZERO_CHUNK / 4);
     float sum = 0.0f;
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) { sum += sum4(grads[i] * grads[i]); }
     sum = block_sum(sum);
-    if (threadIdx.x == 0) { partials[blockIdx.x] = sum; }
-    if (!arrive_last_in_group(counter, gridDim.x)) { return; }
+    if (threadIdx.x == 0) { partials[chunk] = sum; }
+}
+
+__global__ void grad_norm_finish_kernel(float* norm_scale, const float* partials, size_t num_chunks, float max_norm) {
     float total = 0.0f;
-    for (unsigned int b = threadIdx.x; b < gridDim.x; b += blockDim.x) { total += __ldcg(&partials[b]); }
+    for (size_t chunk = threadIdx.x; chunk < num_chunks; chunk += blockDim.x) { total += partials[chunk]; }
     total = block_sum(total);
     if (threadIdx.x == 0) {
         float norm = sqrtf(total);
@@ -1651,9 +1662,63 @@ __global__ void grad_norm_kernel(float* norm_scale, float* partials, unsigned in
     }
 }
 
-static const int GRAD_NORM_MAX_BLOCKS = 1024;
+// The partial sums of chunks [first_chunk, end_chunk) of grads (num_parameters floats).
+static void grad_norm_partials(float* partials, const float* grads, size_t num_parameters, size_t first_chunk,
+                               size_t end_chunk, cudaStream_t stream = 0) {
+    if (end_chunk == first_chunk) { return; }
+    grad_norm_partials_kernel<<<end_chunk - first_chunk, GRAD_NORM_THREADS, 0, stream>>>(
+        partials, (const float4*)grads, num_parameters / 4, first_chunk);
+    cudaCheck(cudaGetLastError());
+}
 
-static int grad_norm_blocks() { return std::min(GRAD_NORM_MAX_BLOCKS, 2 * g_num_sms); }
+static void grad_norm_finish(float* norm_scale, const float* partials, size_t num_chunks, float max_norm,
+                             cudaStream_t stream = 0) {
+    grad_norm_finish_kernel<<<1, GRAD_NORM_THREADS, 0, stream>>>(norm_scale, partials, num_chunks, max_norm);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------------------------
+// Data parallel: gradients move to the owners of their parameters (ZeRO-1, llmc/zero.h). The
+// owner adds the ranks' contributions in rank order, as one GPU adds micro-step gradients in
+// micro-step order, so N GPUs with one micro-step each are bit-identical to N micro-steps on one.
+
+// dst += src, as one GPU adds a micro-step's gradients to those accumulated before it.
+__global__ void add_inplace_kernel(float4* dst, const float4* src, size_t n4) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) { dst[i] = dst[i] + src[i]; }
+}
+
+static void add_inplace(float* dst, const float* src, size_t n, cudaStream_t stream) {
+    add_inplace_kernel<<<ceil_div(n / 4, 256), 256, 0, stream>>>((float4*)dst, (const float4*)src, n / 4);
+    cudaCheck(cudaGetLastError());
+}
+
+// dst (n floats, rank `self`'s own contribution) = the world ranks' contributions summed in rank
+// order, starting from rank 0's; rank i's (i != self) is at received + zero_sender_slot(i, self) * stride.
+__global__ void ordered_sum_kernel(float4* dst, const float4* received, size_t stride4, size_t n4, int self,
+                                   int world) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) { return; }
+    float4 own = dst[i];
+    float4 sum = self == 0 ? own : received[i];
+    for (int r = 1; r < world; r++) {
+        sum = sum + (r == self ? own : received[zero_sender_slot(r, self) * stride4 + i]);
+    }
+    dst[i] = sum;
+}
+
+static void ordered_sum(float* dst, const float* received, size_t stride, size_t n, const Comm* comm) {
+    ordered_sum_kernel<<<ceil_div(n / 4, 256), 256, 0, comm->stream>>>((float4*)dst, (const float4*)received,
+                                                                        stride / 4, n / 4, comm->rank, comm->world);
+    cudaCheck(cudaGetLastError());
+}
+
+// out[0] = parts[0] + parts[1] + ... in rank order (the loss shares of the ranks).
+__global__ void sum_in_order_kernel(float* out, const float* parts, int n) {
+    float sum = parts[0];
+    for (int i = 1; i < n; i++) { sum += parts[i]; }
+    out[0] = sum;
+}
 
 // ----------------------------------------------------------------------------------------------
 // Initialisation: p[i] = mean + std * N(0, 1) from a counter-based generator keyed on (seed,
@@ -1839,12 +1904,33 @@ static size_t layout_activations(ActivationTensors* acts, float* memory, const G
     return used[KEPT] + scratch;
 }
 
+// Gradients move between the ranks in buckets (llmc/zero.h): bucket l < L is layer l's share of
+// every per-layer tensor, complete once the backward pass is past layer l; bucket L the rest.
+static const bool PER_LAYER_TENSORS[NUM_PARAMETER_TENSORS] = {false, false, true, true, true, true, true, true,
+                                                              true,  true,  true, true, true, true, false, false};
+
+typedef struct {
+    std::vector<ZeroRange> ranges;  // the bucket's tensor ranges
+    std::vector<ZeroRange> pieces;  // the same cut at the owners' slice boundaries
+    size_t owned;                   // floats of the pieces this rank owns
+} GradBucket;
+
 typedef struct {
     GPT2Config config;
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     size_t num_parameters;
     ParameterTensors params, grads;
-    float *params_memory, *grads_memory, *m_memory, *v_memory;  // m, v: AdamW moments
+    // parameters (padded to shard.padded for the all-gather) and gradients; AdamW's moments m, v
+    // only for this rank's slice [shard.begin, shard.end)
+    float *params_memory, *grads_memory, *m_memory, *v_memory;
+    ZeroShard shard;
+    float* micro_grads_memory;  // a micro-step's gradients after the first (gpt2_begin_micro_step)
+    int micro, micro_steps;     // the micro-step in progress, of this rank's micro-steps per optimizer step
+    std::vector<GradBucket> grad_buckets;  // L + 1 (see GradBucket)
+    float* received;     // gradients sent to this rank as owner: world - 1 slots of a bucket's owned floats
+    float* norm_partials;  // gradient norm: one sum of squares per chunk, world * chunks_per_rank
+    float* loss_shares;    // the ranks' shares of the loss, world
+    cudaEvent_t bucket_main, bucket_side, comm_joined;  // hand-offs to and from g_comm.stream
     TransposedWeights weights_t;
     float* weights_t_memory;
     int adam_step;
@@ -1891,20 +1977,49 @@ static void validate_config(const GPT2Config* c, const char* source) {
     }
 }
 
-// Allocates parameters, gradients and AdamW moments on the device (values not set).
+// The gradient buckets and what moving them needs: the pieces per owner, and where an owner
+// receives the other ranks' values of its pieces (the largest bucket's share, world - 1 times).
+static void gpt2_plan_buckets(GPT2* model) {
+    int L = model->config.num_layers, world = g_comm.world;
+    size_t most_owned = 0;
+    for (int b = 0; b <= L; b++) {
+        GradBucket bucket;
+        bucket.ranges = zero_bucket(model->param_sizes, PER_LAYER_TENSORS, NUM_PARAMETER_TENSORS, L, b);
+        bucket.pieces = zero_split_by_owner(bucket.ranges, model->num_parameters, world);
+        bucket.owned = zero_owned_floats(bucket.pieces, g_comm.rank);
+        most_owned = std::max(most_owned, bucket.owned);
+        model->grad_buckets.push_back(bucket);
+    }
+    if (world > 1) {
+        model->received = (float*)device_malloc((world - 1) * most_owned * sizeof(float), "gradients from other ranks");
+    }
+    size_t norm_partials = world * model->shard.chunks_per_rank;
+    model->norm_partials = (float*)device_malloc(norm_partials * sizeof(float), "gradient norm partials");
+    cudaCheck(cudaMemset(model->norm_partials, 0, norm_partials * sizeof(float)));
+    model->loss_shares = (float*)device_malloc(world * sizeof(float), "loss shares");
+    for (cudaEvent_t* event : {&model->bucket_main, &model->bucket_side, &model->comm_joined}) {
+        cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+    }
+}
+
+// Allocates parameters, gradients and this rank's AdamW moments on the device (values not set).
 static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     *model = GPT2();
     model->config = *config;
     parameter_sizes(model->param_sizes, config);
     model->num_parameters = count_parameters(config);
+    model->shard = zero_shard(model->num_parameters, g_comm.rank, g_comm.world);
     size_t bytes = model->num_parameters * sizeof(float);
-    model->params_memory = (float*)device_malloc(bytes, "parameters");
+    size_t owned_bytes = std::max<size_t>(model->shard.end - model->shard.begin, 4) * sizeof(float);
+    model->params_memory = (float*)device_malloc(model->shard.padded * sizeof(float), "parameters");
     model->grads_memory = (float*)device_malloc(bytes, "gradients");
-    model->m_memory = (float*)device_malloc(bytes, "AdamW first moments");
-    model->v_memory = (float*)device_malloc(bytes, "AdamW second moments");
+    model->m_memory = (float*)device_malloc(owned_bytes, "AdamW first moments");
+    model->v_memory = (float*)device_malloc(owned_bytes, "AdamW second moments");
+    cudaCheck(cudaMemset(model->params_memory, 0, model->shard.padded * sizeof(float)));
     cudaCheck(cudaMemset(model->grads_memory, 0, bytes));
-    cudaCheck(cudaMemset(model->m_memory, 0, bytes));
-    cudaCheck(cudaMemset(model->v_memory, 0, bytes));
+    cudaCheck(cudaMemset(model->m_memory, 0, owned_bytes));
+    cudaCheck(cudaMemset(model->v_memory, 0, owned_bytes));
+    gpt2_plan_buckets(model);
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
     size_t Vp = config->padded_vocab_size, C = config->channels, L = config->num_layers;
@@ -2000,7 +2115,6 @@ static bool gpt2_config_by_depth(const char* name, GPT2Config* config) {
 static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint64_t seed) {
     validate_config(config, "model");
     gpt2_allocate_parameters(model, config);
-    cudaCheck(cudaMemset(model->params_memory, 0, model->num_parameters * sizeof(float)));
     float residual_std = 0.02f / sqrtf(2.0f * config->num_layers);
     const float stds[NUM_PARAMETER_TENSORS] = {0.02f, 0.02f, 0.0f, 0.0f, 0.02f, 0.0f, residual_std, 0.0f,
                                                0.0f, 0.0f, 0.02f, 0.0f, residual_std, 0.0f, 0.0f, 0.0f};
@@ -2038,7 +2152,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     cudaCheck(cudaMemset(model->group_counters, 0, std::max(max_groups, (size_t)1) * sizeof(unsigned int)));
     size_t ln_partials = (size_t)layernorm_backward_grid(c->channels) * 2 * c->channels;
     size_t bias_partials = (size_t)BIAS_BACKWARD_MAX_CHUNKS * 4 * c->channels;
-    size_t partials = std::max({ln_partials, bias_partials, (size_t)GRAD_NORM_MAX_BLOCKS});
+    size_t partials = std::max(ln_partials, bias_partials);
     model->reduce_partials = (float*)device_malloc(partials * sizeof(float), "reductions");
     model->reduce_counters = (unsigned int*)device_malloc(MAX_REDUCTION_COUNTERS * sizeof(unsigned int), "reductions");
     cudaCheck(cudaMemset(model->reduce_counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
@@ -2179,12 +2293,65 @@ static void gpt2_read_logits(const GPT2* model, size_t row, int n, float* logits
 
 static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float))); }
 
+// The main stream waits for the work queued so far on g_comm.stream.
+static void gpt2_join_comm(GPT2* model) { stream_waits(0, g_comm.stream, model->comm_joined); }
+
 static void gpt2_zero_grad(GPT2* model) {
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float)));
 }
 
+// Micro-step `micro` of micro_steps (this rank's, per optimizer step): the first accumulates into
+// the zeroed gradients; each later one computes its gradients apart (micro_grads_memory), and the
+// backward pass adds them bucket by bucket in one addition each (gpt2_bucket_done). So the sum is
+// g0 + g1 + ... in micro-step order, whatever the kernels add inside a micro-step, and the same
+// sum the owners of a data-parallel run form in rank order.
+static void gpt2_begin_micro_step(GPT2* model, int micro, int micro_steps) {
+    model->micro = micro;
+    model->micro_steps = micro_steps;
+    float* grads = model->grads_memory;
+    if (micro > 0) {
+        size_t bytes = model->num_parameters * sizeof(float);
+        if (model->micro_grads_memory == NULL) {
+            model->micro_grads_memory = (float*)device_malloc(bytes, "micro-step gradients");
+        }
+        gpt2_join_comm(model);  // the last micro-step's gradients are added
+        cudaCheck(cudaMemsetAsync(model->micro_grads_memory, 0, bytes));
+        grads = model->micro_grads_memory;
+    }
+    point_parameters(&model->grads, grads, model->param_sizes);
+}
+
+// Bucket b's gradients are complete on both streams: on g_comm.stream, add them to the
+// accumulated gradients (micro-steps after the first) and, after the last micro-step, send them
+// to their owners, who sum them in rank order. The backward pass goes on meanwhile.
+static void gpt2_bucket_done(GPT2* model, int b) {
+    const Comm* comm = &g_comm;
+    bool add = model->micro > 0, reduce = comm->world > 1 && model->micro == model->micro_steps - 1;
+    if (!add && !reduce) { return; }
+    cudaCheck(cudaEventRecord(model->bucket_main, 0));
+    cudaCheck(cudaEventRecord(model->bucket_side, g_side_stream));
+    cudaCheck(cudaStreamWaitEvent(comm->stream, model->bucket_main, 0));
+    cudaCheck(cudaStreamWaitEvent(comm->stream, model->bucket_side, 0));
+    const GradBucket& bucket = model->grad_buckets[b];
+    float* grads = model->grads_memory;
+    if (add) {
+        for (const ZeroRange& r : bucket.ranges) {
+            add_inplace(grads + r.begin, model->micro_grads_memory + r.begin, r.end - r.begin, comm->stream);
+        }
+    }
+    if (!reduce) { return; }
+    comm_send_to_owners(comm, grads, bucket.pieces, model->received, bucket.owned);
+    size_t offset = 0;
+    for (const ZeroRange& p : bucket.pieces) {
+        if (p.owner != comm->rank) { continue; }
+        ordered_sum(grads + p.begin, model->received + offset, bucket.owned, p.end - p.begin, comm);
+        offset += p.end - p.begin;
+    }
+}
+
 // Backward pass of the last forward (which must have computed the classifier's gradients, and
-// so dlnf in acts.dbtc); gradients accumulate (+=).
+// so dlnf in acts.dbtc); gradients accumulate (+=) into model->grads, each bucket handed to
+// gpt2_bucket_done as it completes.
 static void gpt2_backward(GPT2* model) {
     if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
     model->grads_pending = false;
@@ -2256,6 +2423,7 @@ static void gpt2_backward(GPT2* model) {
         main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
+        gpt2_bucket_done(model, l);
     }
     side_marks(model->grads_done);
     main_waits_for(model->grads_done);  // every weight gradient is in before the optimizer or the next forward
@@ -2263,16 +2431,34 @@ static void gpt2_backward(GPT2* model) {
     encoder_backward(g.wte, g.wpe, a.dbt4c, model->group_counters, a.dresidual, model->bucket_tokens,
                      model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
                      tb->num_buckets, B, T, C);  // dbt4c (4 B*T*C floats) holds the partials
+    gpt2_bucket_done(model, L);
+}
+
+// The main stream waits for g_comm.stream; with marks (two timing events), records the wait.
+static void gpt2_wait_for_comm(GPT2* model, cudaEvent_t* marks) {
+    if (marks != NULL) { cudaCheck(cudaEventRecord(marks[0])); }
+    gpt2_join_comm(model);
+    if (marks != NULL) { cudaCheck(cudaEventRecord(marks[1])); }
 }
 
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0);
-// the norm stays on the device (gpt2_grad_norm reads it).
+// the norm stays on the device (gpt2_read_stats reads it). Each rank updates the parameters it
+// owns (ZeRO-1), then every rank gathers all of them. comm_marks: 6 timing events around the
+// three waits for communication (the gradients' moves, the norm's partials, the parameters), or NULL.
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
-                        float max_norm) {
-    grad_norm_kernel<<<grad_norm_blocks(), 1024>>>(model->step_stats + 1, model->reduce_partials,
-                                                   model->reduce_counters, (const float4*)model->grads_memory,
-                                                   model->num_parameters / 4, max_norm);
-    cudaCheck(cudaGetLastError());
+                        float max_norm, cudaEvent_t* comm_marks = NULL) {
+    const Comm* comm = &g_comm;
+    const ZeroShard* shard = &model->shard;
+    auto marks = [&](int wait) { return comm_marks != NULL ? comm_marks + 2 * wait : NULL; };
+    gpt2_wait_for_comm(model, marks(0));  // every bucket is added and at its owner
+    grad_norm_partials(model->norm_partials, model->grads_memory, model->num_parameters, shard->first_chunk,
+                       shard->end_chunk);
+    if (comm->world > 1) {
+        stream_waits(comm->stream, 0, model->comm_joined);
+        comm_all_gather(comm, model->norm_partials, shard->chunks_per_rank);
+        gpt2_wait_for_comm(model, marks(1));
+    }
+    grad_norm_finish(model->step_stats + 1, model->norm_partials, shard->num_chunks, max_norm);
     model->adam_step++;
     TensorTable table;
     size_t end = 0;
@@ -2280,15 +2466,36 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
     table.decay_mask = DECAYED_TENSORS;
     float bias_correction1 = 1.0f - powf(beta1, (float)model->adam_step);
     float bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)model->adam_step));
-    adamw_kernel<<<ceil_div(model->num_parameters / 4, 256), 256>>>((float4*)model->params_memory,
-                                                                (float4*)model->m_memory, (float4*)model->v_memory,
-                                                                (const float4*)model->grads_memory,
-                                                                model->num_parameters / 4, table,
-                                                                model->step_stats + 2, lr, beta1, beta2,
-                                                                bias_correction1, bias_correction2_sqrt, eps,
-                                                                weight_decay);
-    cudaCheck(cudaGetLastError());
+    size_t owned4 = (shard->end - shard->begin) / 4;
+    if (owned4 > 0) {
+        adamw_kernel<<<ceil_div(owned4, 256), 256>>>((float4*)(model->params_memory + shard->begin),
+                                                    (float4*)model->m_memory, (float4*)model->v_memory,
+                                                    (const float4*)(model->grads_memory + shard->begin), owned4,
+                                                    shard->begin / 4, table, model->step_stats + 2, lr, beta1,
+                                                    beta2, bias_correction1, bias_correction2_sqrt, eps,
+                                                    weight_decay);
+        cudaCheck(cudaGetLastError());
+    }
+    if (comm->world > 1) {
+        stream_waits(comm->stream, 0, model->comm_joined);
+        comm_all_gather(comm, model->params_memory, shard->chunks_per_rank * ZERO_CHUNK);
+        gpt2_wait_for_comm(model, marks(2));
+    }
     gpt2_transpose_weights(model);
+}
+
+// The loss on the device is this rank's share; with several ranks, make it the sum of the
+// shares in rank order on every rank.
+static void gpt2_sum_loss_over_ranks(GPT2* model) {
+    const Comm* comm = &g_comm;
+    if (comm->world == 1) { return; }
+    cudaCheck(cudaMemcpyAsync(model->loss_shares + comm->rank, model->step_stats, sizeof(float),
+                              cudaMemcpyDeviceToDevice));
+    stream_waits(comm->stream, 0, model->comm_joined);
+    comm_all_gather(comm, model->loss_shares, 1);
+    gpt2_join_comm(model);
+    sum_in_order_kernel<<<1, 1>>>(model->step_stats, model->loss_shares, comm->world);
+    cudaCheck(cudaGetLastError());
 }
 
 // FNV-1a over the bits of every parameter: equal checksums mean bit-identical weights.
@@ -2310,7 +2517,7 @@ static void gpt2_queue_stats(GPT2* model, int slot) {
 }
 
 static void gpt2_wait_stats(const GPT2* model, int slot, float* loss, float* grad_norm) {
-    cudaCheck(cudaEventSynchronize(model->stats_copied[slot]));
+    comm_wait(&g_comm, model->stats_copied[slot]);
     *loss = model->stats_copies[2 * slot];
     *grad_norm = model->stats_copies[2 * slot + 1];
 }
@@ -2322,8 +2529,12 @@ static void gpt2_read_stats(GPT2* model, float* loss, float* grad_norm) {
 
 static void gpt2_free(GPT2* model) {
     float* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+                        model->micro_grads_memory, model->received, model->norm_partials, model->loss_shares,
                         model->acts_memory, model->reduce_partials, model->step_stats};
     for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
+    for (cudaEvent_t event : {model->bucket_main, model->bucket_side, model->comm_joined}) {
+        cudaCheck(cudaEventDestroy(event));
+    }
     int* int_buffers[] = {model->inputs,         model->targets,       model->bucket_tokens, model->bucket_starts,
                           model->bucket_positions, model->bucket_groups, model->group_bounds,
                           (int*)model->group_counters};
@@ -2345,15 +2556,19 @@ static void gpt2_free(GPT2* model) {
 // ----------------------------------------------------------------------------------------------
 // Device setup
 
-// Returns false when no CUDA device is usable (the tests then skip).
-static bool cuda_setup(bool use_tf32) {
+// Returns false when no CUDA device is usable (the tests then skip). The device is the one of
+// this node's rank local_rank (device 0 where a launcher shows each process one GPU).
+static bool cuda_setup(bool use_tf32, int local_rank = 0) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         cudaGetLastError();
         return false;
     }
+    int device = count == 1 ? 0 : local_rank;
+    if (device >= count) { fail("local rank %d has no GPU: this node shows %d GPUs", local_rank, count); }
+    cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
     if (prop.major < 8) { fail("GPU %s has compute capability %d.%d; 8.0 or newer is needed", prop.name, prop.major, prop.minor); }
     g_num_sms = prop.multiProcessorCount;
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
@@ -2382,9 +2597,11 @@ static const char* schedule_name(int schedule) {
     return schedule == SCHEDULE_LINEAR ? "linear" : schedule == SCHEDULE_CONSTANT ? "constant" : "cosine";
 }
 
-// The flags that shape a run's numbers. A checkpoint stores them and a resumed run must match.
+// The flags that shape a run's numbers. A checkpoint stores them and a resumed run must match;
+// micro_batches counts the micro-batches of B x T per optimizer step over all GPUs (-d / B*T), so
+// a run may resume on another number of GPUs.
 typedef struct {
-    int32_t B, T, grad_accum_steps, max_steps, warmup_steps, schedule, attention, use_tf32, overfit_single_batch;
+    int32_t B, T, micro_batches, max_steps, warmup_steps, schedule, attention, use_tf32, overfit_single_batch;
     float lr, final_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
 } RunShape;
@@ -2455,6 +2672,7 @@ typedef struct {
     const char* model;       // checkpoint path or d12|d24|d36|d48
     const char* output_dir;  // -o: main.log and checkpoints
     const char* tokenizer;
+    const char* rendezvous_dir;  // --rendezvous-dir: meet through files there, not TCP
     int64_t total_batch_tokens;  // -d; 0: B*T, no accumulation
     int val_every, val_batches, sample_every, gen_tokens;
     int checkpoint_every, checkpoint_keep, resume, force;
@@ -2472,9 +2690,10 @@ static void print_usage() {
         "  -A KIND     attention: softmax or relu (default softmax, or the checkpoint's)\n"
         "  --seed N    seed for initialisation and sampling (default 1337)\n"
         "batch and optimisation\n"
-        "  -b B        micro-batch size (default 4)\n"
+        "  -b B        micro-batch size per GPU (default 4)\n"
         "  -t T        sequence length, 1..maxT (default 1024)\n"
-        "  -d TOKENS   total batch in tokens, a multiple of B*T: gradient accumulation (default B*T)\n"
+        "  -d TOKENS   total batch in tokens over all GPUs, a multiple of B*T*GPUs: gradient accumulation\n"
+        "              (default B*T*GPUs)\n"
         "  -x STEPS    optimizer steps (default: one epoch of the training data)\n"
         "  -l LR       peak learning rate (default 3e-4)\n"
         "  -u STEPS    linear warmup steps (default 0)\n"
@@ -2485,19 +2704,24 @@ static void print_usage() {
         "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
         "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
         "  -a 0|1      overfit a single batch (default 0)\n"
+        "several GPUs (one process each; NCCL)\n"
+        "  --gpus N, -ng N       start N processes on this node's first N GPUs (no launcher needed)\n"
+        "  --rendezvous-dir DIR  meet through files in DIR (a shared filesystem) instead of TCP at\n"
+        "                        MASTER_ADDR:MASTER_PORT; ranks come from torchrun-style RANK/WORLD_SIZE,\n"
+        "                        mpirun's OMPI_COMM_WORLD_* or srun's SLURM_* variables\n"
         "evaluation, output, checkpoints\n"
         "  -v N        validation loss every N steps, 0 = never (default 20)\n"
-        "  -m N        validation batches, 0 = the whole split (default 20)\n"
+        "  -m N        validation batches over all GPUs, 0 = the whole split (default 20)\n"
         "  -s N        sample every N steps, 0 = never (default 20)\n"
         "  -g N        tokens to generate per sample (default 64)\n"
         "  -o DIR      write DIR/main.log and checkpoints (refuses a DIR holding a run without --force or -y 1)\n"
         "  -n N        checkpoint every N steps, 0 = only at the end (default 0; needs -o)\n"
         "  -nk K       keep the last K checkpoints, 0 = all (default 0)\n"
-        "  -y 0|1      resume from the latest checkpoint in -o DIR (default 0)\n"
+        "  -y 0|1      resume from the latest checkpoint in -o DIR, on any number of GPUs (default 0)\n"
         "  --force     start a new run in an -o DIR that holds another run\n"
         "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
         "  --tokenizer FILE     vocabulary for printing samples (default dev/data/gpt2_encoder.json)\n"
-        "  --peak-tflops F      TF32 peak of the GPU for MFU (default: a table of known GPUs)\n"
+        "  --peak-tflops F      TF32 peak of one GPU for MFU (default: a table of known GPUs)\n"
         "  -h          this help\n");
 }
 
@@ -2526,7 +2750,8 @@ static void require(bool ok, const char* flag, const char* what) {
     if (!ok) { fail("flag %s: %s", flag, what); }
 }
 
-static TrainArgs parse_args(int argc, char** argv) {
+// The flags; world: the number of GPUs (processes) of the run, which -d must divide among.
+static TrainArgs parse_args(int argc, char** argv, int world) {
     TrainArgs args = {};
     args.shape = RunShape{4, 1024, 1, -1, 0, SCHEDULE_COSINE, -1, 1, 0, 3e-4f, 0.0f, 0.0f, 0.9f, 0.95f, 1e-8f, 1.0f, 1337};
     args.train_pattern = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
@@ -2550,6 +2775,10 @@ static TrainArgs parse_args(int argc, char** argv) {
             args.force = 1;
             continue;
         }
+        if (strcmp(flag, "--gpus") == 0 || strcmp(flag, "-ng") == 0) {  // 1: this process (launch_gpus_flag)
+            i++;
+            continue;
+        }
         if (i + 1 >= argc) { fail("flag %s needs a value (see -h)", flag); }
         const char* value = argv[++i];
         if (strcmp(flag, "-i") == 0) { args.train_pattern = value; }
@@ -2557,6 +2786,7 @@ static TrainArgs parse_args(int argc, char** argv) {
         else if (strcmp(flag, "-e") == 0) { args.model = value; }
         else if (strcmp(flag, "-o") == 0) { args.output_dir = value; }
         else if (strcmp(flag, "--tokenizer") == 0) { args.tokenizer = value; }
+        else if (strcmp(flag, "--rendezvous-dir") == 0) { args.rendezvous_dir = value; }
         else if (strcmp(flag, "-A") == 0) { r->attention = parse_choice_flag(flag, value, attention_kinds, 2); }
         else if (strcmp(flag, "--seed") == 0) { r->seed = (uint64_t)parse_int_flag(flag, value); }
         else if (strcmp(flag, "-b") == 0) { r->B = parse_int_flag(flag, value); }
@@ -2588,12 +2818,13 @@ static TrainArgs parse_args(int argc, char** argv) {
     require(r->B > 0, "-b", "batch size must be positive");
     require(r->T > 0, "-t", "sequence length must be positive");
     int64_t micro_tokens = (int64_t)r->B * r->T;
-    if (args.total_batch_tokens == 0) { args.total_batch_tokens = micro_tokens; }
-    if (args.total_batch_tokens <= 0 || args.total_batch_tokens % micro_tokens != 0) {
-        fail("flag -d: total batch %lld tokens is not a positive multiple of B*T = %lld", (long long)args.total_batch_tokens,
-             (long long)micro_tokens);
+    if (args.total_batch_tokens == 0) { args.total_batch_tokens = micro_tokens * world; }
+    int64_t micro_batches = zero_micro_batches(args.total_batch_tokens, micro_tokens, world);
+    if (micro_batches == 0 || micro_batches > INT32_MAX) {
+        fail("flag -d: total batch %lld tokens is not a positive multiple of B*T*GPUs = %d*%d*%d = %lld",
+             (long long)args.total_batch_tokens, r->B, r->T, world, (long long)(micro_tokens * world));
     }
-    r->grad_accum_steps = (int)(args.total_batch_tokens / micro_tokens);
+    r->micro_batches = (int)micro_batches;
     require(r->max_steps == -1 || r->max_steps > 0, "-x", "steps must be positive");
     require(r->lr >= 0.0f, "-l", "learning rate must not be negative");
     require(r->warmup_steps >= 0, "-u", "warmup steps must not be negative");
@@ -2631,12 +2862,13 @@ static float tf32_peak_tflops(const char* device_name) {
 
 // ----------------------------------------------------------------------------------------------
 // Checkpoints: DIR/model_%08d.bin (the classic model format), DIR/state_%08d.bin (the run state
-// below), DIR/latest (the step of the newest pair, as text). All written atomically.
+// below), DIR/latest (the step of the newest pair, as text). All written atomically by rank 0.
 // State header, 256 int32: [0] magic, [1] version, [2] steps done, [3] AdamW step, [16..) the
-// RunShape, [64..80) the training DataLoaderState, [96..98) the sampling RNG; then AdamW m and v.
+// RunShape, [64..80) the training DataLoaderState, [96..98) the sampling RNG; then AdamW m and v
+// of all parameters, whatever the number of GPUs that wrote it (each rank reads its slice).
 
 static const int STATE_MAGIC = 20240417;
-static const int STATE_VERSION = 1;
+static const int STATE_VERSION = 2;  // 2: the data position counts batches of all micro-batches of a step
 static_assert(sizeof(RunShape) <= 48 * sizeof(int), "RunShape must fit header slots 16..63");
 static_assert(sizeof(DataLoaderState) <= 32 * sizeof(int), "DataLoaderState must fit header slots 64..95");
 
@@ -2644,8 +2876,16 @@ static void checkpoint_path(char* out, size_t size, const char* dir, const char*
     snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);
 }
 
+// Every rank calls it (the owners' moments are gathered on rank 0, through the gradients' memory,
+// free between steps); rank 0 writes.
 static void write_checkpoint(const char* dir, int step, const GPT2* model, const RunShape* shape,
                              const DataLoader* loader) {
+    size_t P = model->num_parameters;
+    std::vector<float> moments(g_comm.rank == 0 ? 2 * P : 0);
+    size_t buffer_floats = std::min(P, (size_t)1 << 26);
+    comm_gather_slices(&g_comm, model->m_memory, P, moments.data(), model->grads_memory, buffer_floats);
+    comm_gather_slices(&g_comm, model->v_memory, P, moments.data() + P, model->grads_memory, buffer_floats);
+    if (g_comm.rank != 0) { return; }
     char path[4096];
     checkpoint_path(path, sizeof(path), dir, "model", step);
     gpt2_write_checkpoint(model, path);
@@ -2655,10 +2895,6 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
     memcpy(&header[16], shape, sizeof(*shape));
     memcpy(&header[64], &loader_state, sizeof(loader_state));
     memcpy(&header[96], &g_sample_rng_state, sizeof(g_sample_rng_state));
-    std::vector<float> moments(2 * model->num_parameters);
-    size_t bytes = model->num_parameters * sizeof(float);
-    cudaCheck(cudaMemcpy(moments.data(), model->m_memory, bytes, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(moments.data() + model->num_parameters, model->v_memory, bytes, cudaMemcpyDeviceToHost));
     checkpoint_path(path, sizeof(path), dir, "state", step);
     AtomicFile out;
     open_atomic(&out, path);
@@ -2701,7 +2937,8 @@ static int read_latest_step(const char* dir) {
         fail("flag %s: differs from the run being resumed (%s); resume with the run's flags", flag, path); \
     }
 
-// Restores the run state of `step` into model (whose parameters came from the model file) and loader.
+// Restores the run state of `step` into model (whose parameters came from the model file) and
+// loader: this rank's slice of the AdamW moments.
 static void load_run_state(const char* dir, int step, GPT2* model, const RunShape* current, DataLoader* loader) {
     char path[4096];
     checkpoint_path(path, sizeof(path), dir, "state", step);
@@ -2711,14 +2948,15 @@ static void load_run_state(const char* dir, int step, GPT2* model, const RunShap
     if (header[0] != STATE_MAGIC) { fail("%s: bad magic %d, expected %d (not a run state)", path, header[0], STATE_MAGIC); }
     if (header[1] != STATE_VERSION) { fail("%s: version %d not supported, expected %d", path, header[1], STATE_VERSION); }
     if (header[2] != step) { fail("%s: holds step %d, expected %d", path, header[2], step); }
-    int64_t expected = 256 * sizeof(int) + 2 * (int64_t)model->num_parameters * sizeof(float);
+    size_t P = model->num_parameters;
+    int64_t expected = 256 * sizeof(int) + 2 * (int64_t)P * sizeof(float);
     if (file_size(path) != expected) {
         fail("%s: %lld bytes, expected %lld for this model (truncated or another model's)", path,
              (long long)file_size(path), (long long)expected);
     }
     RunShape saved;
     memcpy(&saved, &header[16], sizeof(saved));
-    REQUIRE_SAME(B, "-b") REQUIRE_SAME(T, "-t") REQUIRE_SAME(grad_accum_steps, "-d") REQUIRE_SAME(max_steps, "-x")
+    REQUIRE_SAME(B, "-b") REQUIRE_SAME(T, "-t") REQUIRE_SAME(micro_batches, "-d") REQUIRE_SAME(max_steps, "-x")
     REQUIRE_SAME(warmup_steps, "-u") REQUIRE_SAME(schedule, "-k") REQUIRE_SAME(use_tf32, "-f")
     REQUIRE_SAME(overfit_single_batch, "-a") REQUIRE_SAME(lr, "-l") REQUIRE_SAME(final_lr_frac, "-q")
     REQUIRE_SAME(weight_decay, "-c") REQUIRE_SAME(beta1, "--beta1") REQUIRE_SAME(beta2, "--beta2")
@@ -2728,12 +2966,16 @@ static void load_run_state(const char* dir, int step, GPT2* model, const RunShap
     memcpy(&loader_state, &header[64], sizeof(loader_state));
     dataloader_restore(loader, &loader_state);
     memcpy(&g_sample_rng_state, &header[96], sizeof(g_sample_rng_state));
-    std::vector<float> moments(2 * model->num_parameters);
-    fread_or_fail(moments.data(), sizeof(float), moments.size(), file, path);
+    size_t begin = model->shard.begin, owned = model->shard.end - begin;
+    std::vector<float> slice(owned);
+    float* moments[2] = {model->m_memory, model->v_memory};
+    for (int k = 0; k < 2; k++) {
+        off_t offset = 256 * sizeof(int) + (off_t)(k * P + begin) * sizeof(float);
+        if (fseeko(file, offset, SEEK_SET) != 0) { fail("%s: cannot seek to offset %lld", path, (long long)offset); }
+        fread_or_fail(slice.data(), sizeof(float), owned, file, path);
+        cudaCheck(cudaMemcpy(moments[k], slice.data(), owned * sizeof(float), cudaMemcpyHostToDevice));
+    }
     fclose(file);
-    size_t bytes = model->num_parameters * sizeof(float);
-    cudaCheck(cudaMemcpy(model->m_memory, moments.data(), bytes, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(model->v_memory, moments.data() + model->num_parameters, bytes, cudaMemcpyHostToDevice));
 }
 #undef REQUIRE_SAME
 
@@ -2760,10 +3002,10 @@ static void build_model(GPT2* model, const TrainArgs* args, int resume_step) {
     }
 }
 
-// Opens DIR/main.log: a new run refuses a DIR that holds another run (unless --force), a resumed
-// run appends to it.
+// Opens DIR/main.log on rank 0: a new run refuses a DIR that holds another run (unless --force),
+// a resumed run appends to it. NULL on other ranks or without -o.
 static FILE* open_run_log(const TrainArgs* args) {
-    if (args->output_dir == NULL) { return NULL; }
+    if (args->output_dir == NULL || g_comm.rank != 0) { return NULL; }
     if (mkdir(args->output_dir, 0755) != 0 && errno != EEXIST) {
         fail("flag -o: cannot create directory %s: %s", args->output_dir, strerror(errno));
     }
@@ -2776,16 +3018,39 @@ static FILE* open_run_log(const TrainArgs* args) {
     return fopen_or_fail(log_path, args->resume ? "a" : "w");
 }
 
+// Each rank evaluates `batches` of its share of the validation data; the loss is the mean over
+// all ranks' batches, the shares summed in rank order.
 static float validation_loss(GPT2* model, DataLoader* loader, int batches) {
     dataloader_reset(loader);
     gpt2_reset_loss(model);
     for (int i = 0; i < batches; i++) {
         dataloader_next_batch(loader);
-        gpt2_forward(model, loader->inputs, loader->targets, loader->B, loader->T, 1.0f / batches);
+        gpt2_forward(model, loader->inputs, loader->targets, loader->B, loader->T, 1.0f / (batches * g_comm.world));
     }
+    gpt2_sum_loss_over_ranks(model);
     float loss, grad_norm;
     gpt2_read_stats(model, &loss, &grad_norm);
     return loss;
+}
+
+// FNV-1a of what must be the same on every rank: the flags that shape the run, the model's
+// shape, the data set (shard paths and sizes) and the step it starts from.
+static uint64_t run_fingerprint(const RunShape* shape, const GPT2Config* config, const DataLoader* train,
+                                const DataLoader* val, int start_step) {
+    uint64_t hash = 0xcbf29ce484222325ull;
+    auto mix = [&](const void* data, size_t size) {
+        for (size_t i = 0; i < size; i++) { hash = (hash ^ ((const unsigned char*)data)[i]) * 0x100000001b3ull; }
+    };
+    mix(shape, sizeof(*shape));
+    mix(config, sizeof(*config));
+    for (const DataLoader* loader : {train, val}) {
+        for (size_t i = 0; i < loader->shard_paths.size(); i++) {
+            mix(loader->shard_paths[i].c_str(), loader->shard_paths[i].size() + 1);
+            mix(&loader->shard_tokens[i], sizeof(loader->shard_tokens[i]));
+        }
+    }
+    mix(&start_step, sizeof(start_step));
+    return hash;
 }
 
 static void print_row(const char* name, const char* fmt, ...) {
@@ -2794,48 +3059,26 @@ static void print_row(const char* name, const char* fmt, ...) {
     va_start(args, fmt);
     vsnprintf(value, sizeof(value), fmt, args);
     va_end(args);
-    printf("| %-22s | %-52s |\n", name, value);
-}
-
-static void print_config(const GPT2* model, const TrainArgs* args, size_t train_batches, int val_B, int val_batches,
-                         float peak_tflops) {
-    const GPT2Config* c = &model->config;
-    const RunShape* r = &args->shape;
-    const char* rule = "+------------------------+------------------------------------------------------+\n";
-    printf("%s", rule);
-    print_row("model", "%s (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", args->model, c->num_layers, c->num_heads,
-              c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
-    print_row("parameters", "%zu", model->num_parameters);
-    print_row("attention", "%s", attention_name(c->attention));
-    print_row("train data", "%s (%zu batches/epoch)", args->train_pattern, train_batches);
-    print_row("val data", "%s (%d batches of B=%d)", args->val_pattern, val_batches, val_B);
-    print_row("batch", "B=%d T=%d x %d micro-steps = %lld tokens", r->B, r->T, r->grad_accum_steps,
-              (long long)args->total_batch_tokens);
-    print_row("steps", "%d", r->max_steps);
-    print_row("learning rate", "%g, warmup %d, %s to %g x", r->lr, r->warmup_steps, schedule_name(r->schedule),
-              r->final_lr_frac);
-    print_row("AdamW", "beta1 %g beta2 %g eps %g weight decay %g", r->beta1, r->beta2, r->eps, r->weight_decay);
-    print_row("gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
-    print_row("matmul precision", "%s", g_use_tf32 ? "TF32 tensor cores" : "FP32");
-    print_row("seed", "%llu", (unsigned long long)r->seed);
-    print_row("output", "%s", args->output_dir ? args->output_dir : "(none)");
-    print_row("GPU", "%s, TF32 peak %s", g_device_name, peak_tflops > 0 ? "known" : "unknown (--peak-tflops)");
-    print_row("activation memory", "%.2f GiB", model->num_activations * 4.0 / 1073741824.0);
-    printf("%s", rule);
+    printf0("| %-22s | %-52s |\n", name, value);
 }
 
 // Device time of the phases of the steps so far: events around each forward, backward and update,
-// one set for each of the two steps in flight (slots 0 and 1).
+// and around the update's waits for communication (several GPUs), one set for each of the two
+// steps in flight (slots 0 and 1).
 typedef struct {
     std::vector<cudaEvent_t> marks[2];  // start, then after each forward and backward, then after the update
-    double forward_ms, backward_ms, update_ms;
+    std::vector<cudaEvent_t> comm_marks[2];  // gpt2_update's comm_marks (several GPUs)
+    double forward_ms, backward_ms, update_ms, exposed_comm_ms;
 } PhaseTimes;
 
 static void phase_times_init(PhaseTimes* times, int micro_steps) {
     *times = PhaseTimes();
-    for (std::vector<cudaEvent_t>& marks : times->marks) {
-        marks.resize(2 * micro_steps + 2);
-        for (cudaEvent_t& mark : marks) { cudaCheck(cudaEventCreate(&mark)); }
+    for (int slot = 0; slot < 2; slot++) {
+        times->marks[slot].resize(2 * micro_steps + 2);
+        times->comm_marks[slot].resize(g_comm.world > 1 ? 6 : 0);
+        for (std::vector<cudaEvent_t>* marks : {&times->marks[slot], &times->comm_marks[slot]}) {
+            for (cudaEvent_t& mark : *marks) { cudaCheck(cudaEventCreate(&mark)); }
+        }
     }
 }
 
@@ -2847,138 +3090,245 @@ static void phase_times_add(PhaseTimes* times, int slot) {
         cudaCheck(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]));
         *(i + 2 == marks.size() ? &times->update_ms : i % 2 == 0 ? &times->forward_ms : &times->backward_ms) += ms;
     }
+    const std::vector<cudaEvent_t>& comm_marks = times->comm_marks[slot];
+    for (size_t i = 0; i + 1 < comm_marks.size(); i += 2) {
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, comm_marks[i], comm_marks[i + 1]));
+        times->exposed_comm_ms += ms;
+    }
 }
 
-// One optimizer step over grad_accum_steps micro-batches, queued on the GPU without waiting; its
-// loss and norm are queued into stats slot step % 2.
-static void train_step(GPT2* model, DataLoader* loader, const RunShape* r, int step, PhaseTimes* times) {
-    const std::vector<cudaEvent_t>& marks = times->marks[step % 2];
+// A training run: the model, the data, and the bookkeeping of the steps in flight.
+typedef struct {
+    TrainArgs args;
+    GPT2 model;
+    DataLoader train_loader, val_loader;
+    Tokenizer tokenizer;
+    FILE* log;           // rank 0's main.log, or NULL
+    int start_step;
+    int micro_steps;     // this rank's micro-steps per optimizer step
+    int val_batches;     // validation batches per rank
+    float peak_tflops;   // one GPU's, for MFU
+    double flops_per_step;
+    PhaseTimes phases;
+    // Steps are pipelined: step s + 1 is queued before the host waits for step s's loss, so the GPU
+    // does not idle while the host loads a batch, logs and launches. A step's time is from when
+    // the GPU could start it (queued, and the previous step done) to when it was seen done.
+    int pending;  // the queued step not yet reported, or -1
+    double queued_at[2], last_done, timed_seconds;
+    int timed_steps;
+} Run;
+
+static void run_print_config(const Run* run, int val_B) {
+    const GPT2Config* c = &run->model.config;
+    const TrainArgs* args = &run->args;
+    const RunShape* r = &args->shape;
+    const char* rule = "+------------------------+------------------------------------------------------+\n";
+    printf0("%s", rule);
+    print_row("model", "%s (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", args->model, c->num_layers, c->num_heads,
+              c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+    print_row("parameters", "%zu", run->model.num_parameters);
+    print_row("attention", "%s", attention_name(c->attention));
+    print_row("train data", "%s (%zu batches/epoch)", args->train_pattern,
+              dataloader_batches_per_epoch(&run->train_loader));
+    print_row("val data", "%s (%d x %d batches of B=%d)", args->val_pattern, g_comm.world, run->val_batches, val_B);
+    print_row("GPUs", "%d (%s)", g_comm.world, g_comm.world > 1 ? "NCCL, ZeRO-1 optimizer shards" : "one process");
+    print_row("batch per GPU", "B=%d T=%d x %d micro-steps", r->B, r->T, run->micro_steps);
+    print_row("batch", "%d micro-batches = %lld tokens per step", r->micro_batches, (long long)args->total_batch_tokens);
+    print_row("steps", "%d", r->max_steps);
+    print_row("learning rate", "%g, warmup %d, %s to %g x", r->lr, r->warmup_steps, schedule_name(r->schedule),
+              r->final_lr_frac);
+    print_row("AdamW", "beta1 %g beta2 %g eps %g weight decay %g", r->beta1, r->beta2, r->eps, r->weight_decay);
+    print_row("gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
+    print_row("matmul precision", "%s", g_use_tf32 ? "TF32 tensor cores" : "FP32");
+    print_row("seed", "%llu", (unsigned long long)r->seed);
+    print_row("output", "%s", args->output_dir ? args->output_dir : "(none)");
+    print_row("GPU", "%s, TF32 peak %s", g_device_name, run->peak_tflops > 0 ? "known" : "unknown (--peak-tflops)");
+    const ZeroShard* shard = &run->model.shard;
+    print_row("optimizer memory", "%.3f GB per GPU (AdamW m, v of %zu parameters)",
+              2.0 * (shard->end - shard->begin) * sizeof(float) / 1e9, shard->end - shard->begin);
+    print_row("activation memory", "%.2f GiB", run->model.num_activations * 4.0 / 1073741824.0);
+    printf0("%s", rule);
+}
+
+// Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
+static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
+    *run = Run();
+    TrainArgs* args = &run->args;
+    *args = parse_args(argc, argv, me->world);
+    RunShape* r = &args->shape;
+    if (!cuda_setup(r->use_tf32 == 1, me->local_rank)) {
+        fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+");
+    }
+    comm_init(&g_comm, me, args->rendezvous_dir);
+    int resume_step = args->resume ? read_latest_step(args->output_dir) : -1;
+    GPT2* model = &run->model;
+    build_model(model, args, resume_step);
+    const GPT2Config* c = &model->config;
+    r->attention = c->attention;
+    if (r->T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, c->max_seq_len); }
+
+    int world = g_comm.world;
+    run->micro_steps = r->micro_batches / world;
+    dataloader_init(&run->train_loader, args->train_pattern, r->B, r->T, g_comm.rank, world, run->micro_steps, false,
+                    r->seed, c->vocab_size);
+    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern, r->T, world));
+    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than %d x (T+1) tokens", args->val_pattern, world); }
+    dataloader_init(&run->val_loader, args->val_pattern, val_B, r->T, g_comm.rank, world, 1, false, r->seed,
+                    c->vocab_size);
+    int val_per_epoch = (int)dataloader_batches_per_epoch(&run->val_loader);
+    run->val_batches = args->val_batches == 0 ? val_per_epoch
+                                              : std::min(std::max(1, args->val_batches / world), val_per_epoch);
+    if (r->max_steps < 0) {
+        r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&run->train_loader));
+    }
+    tokenizer_init(&run->tokenizer, args->tokenizer);
+    comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
+                    "the flags, model or data");
+
+    run->log = open_run_log(args);
+    g_sample_rng_state = r->seed;
+    if (resume_step >= 0) {
+        load_run_state(args->output_dir, resume_step, model, r, &run->train_loader);
+        run->start_step = resume_step;
+        printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, resume_step, world, world > 1 ? "s" : "");
+        if (run->log) { fprintf(run->log, "# resumed at step %d on %d GPUs\n", resume_step, world); }
+    }
+    gpt2_allocate_activations(model, r->B, std::max(r->T, std::min(args->gen_tokens + 1, c->max_seq_len)));
+    run->peak_tflops = args->peak_tflops > 0 ? args->peak_tflops : tf32_peak_tflops(g_device_name);
+    run_print_config(run, val_B);
+    run->flops_per_step =
+        (6.0 * model->num_parameters + 6.0 * c->num_layers * r->T * c->channels) * (double)args->total_batch_tokens;
+    phase_times_init(&run->phases, run->micro_steps);
+    run->pending = -1;
+}
+
+// One optimizer step over this rank's micro-batches, queued on the GPU without waiting; its
+// loss (over all ranks) and norm are queued into stats slot step % 2.
+static void run_step(Run* run, int step) {
+    GPT2* model = &run->model;
+    const RunShape* r = &run->args.shape;
+    int slot = step % 2;
+    const std::vector<cudaEvent_t>& marks = run->phases.marks[slot];
+    run->queued_at[slot] = wall_seconds();
     cudaCheck(cudaEventRecord(marks[0]));
     gpt2_zero_grad(model);
     gpt2_reset_loss(model);
-    for (int micro = 0; micro < r->grad_accum_steps; micro++) {
-        if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(loader); }
-        gpt2_forward(model, loader->inputs, loader->targets, r->B, r->T, 1.0f / r->grad_accum_steps, true);
+    for (int micro = 0; micro < run->micro_steps; micro++) {
+        if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(&run->train_loader); }
+        gpt2_begin_micro_step(model, micro, run->micro_steps);
+        gpt2_forward(model, run->train_loader.inputs, run->train_loader.targets, r->B, r->T,
+                     1.0f / r->micro_batches, true);
         cudaCheck(cudaEventRecord(marks[2 * micro + 1]));
         gpt2_backward(model);
         cudaCheck(cudaEventRecord(marks[2 * micro + 2]));
     }
-    gpt2_update(model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);
+    std::vector<cudaEvent_t>& comm_marks = run->phases.comm_marks[slot];
+    gpt2_update(model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip,
+                comm_marks.empty() ? NULL : comm_marks.data());
+    gpt2_sum_loss_over_ranks(model);
     cudaCheck(cudaEventRecord(marks.back()));
-    gpt2_queue_stats(model, step % 2);
+    gpt2_queue_stats(model, slot);
+}
+
+// Waits for the pending step and reports it (rank 0: console and main.log).
+static void run_report(Run* run) {
+    if (run->pending < 0) { return; }
+    int step = run->pending, slot = step % 2;
+    const RunShape* r = &run->args.shape;
+    run->pending = -1;
+    float loss, grad_norm;
+    gpt2_wait_stats(&run->model, slot, &loss, &grad_norm);
+    double now = wall_seconds(), seconds = now - std::max(run->queued_at[slot], run->last_done);
+    run->last_done = now;
+    if (step > run->start_step) {  // the first step of a process includes one-time setup
+        run->timed_seconds += seconds;
+        run->timed_steps++;
+        phase_times_add(&run->phases, slot);
+    }
+    double mean_seconds = run->timed_steps > 0 ? run->timed_seconds / run->timed_steps : seconds;
+    double peak = run->peak_tflops * 1e12 * g_comm.world;
+    double mfu = peak > 0 ? 100.0 * run->flops_per_step / seconds / peak : 0.0;
+    double eta_minutes = (r->max_steps - step - 1) * mean_seconds / 60.0;
+    double tokens = (double)run->args.total_batch_tokens;
+    float lr = learning_rate(r, step);
+    printf0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.2f ms | %.0f tok/s | MFU %.1f%% | ETA %.1f min\n",
+            step + 1, r->max_steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, mfu, eta_minutes);
+    if (run->log) {
+        fprintf(run->log, "s:%d trl:%.6f lr:%.6e norm:%.6f ms:%.3f tok/s:%.0f mfu:%.2f\n", step, loss, lr, grad_norm,
+                seconds * 1e3, tokens / seconds, mfu);
+        fflush(run->log);
+    }
+}
+
+// What is due before step `step` (or at the end): the report of the step in flight, a
+// checkpoint, the validation loss, a sample. Every rank takes the same decisions.
+static void run_periodic(Run* run, int step, bool last_step) {
+    const TrainArgs* args = &run->args;
+    GPT2* model = &run->model;
+    bool checkpoint_due = args->output_dir != NULL && step > run->start_step &&
+                          (last_step || (args->checkpoint_every > 0 && step % args->checkpoint_every == 0));
+    bool val_due = args->val_every > 0 && run->val_batches > 0 && (step % args->val_every == 0 || last_step);
+    bool sample_due = args->sample_every > 0 && args->gen_tokens > 0 && step > 0 &&
+                      (step % args->sample_every == 0 || last_step);
+    if (checkpoint_due || val_due || sample_due || last_step) { run_report(run); }
+    if (checkpoint_due) {
+        write_checkpoint(args->output_dir, step, model, &args->shape, &run->train_loader);
+        if (args->checkpoint_keep > 0 && g_comm.rank == 0) { prune_checkpoints(args->output_dir, args->checkpoint_keep); }
+    }
+    if (val_due) {
+        float val_loss = validation_loss(model, &run->val_loader, run->val_batches);
+        printf0("step %d: val loss %.6f\n", step, val_loss);
+        if (run->log) {
+            fprintf(run->log, "s:%d tel:%.6f\n", step, val_loss);
+            fflush(run->log);
+        }
+    }
+    if (sample_due && g_comm.rank == 0) { generate(model, &run->tokenizer, std::min(args->gen_tokens, model->max_T - 1)); }
+}
+
+static void run_finish(Run* run) {
+    const PhaseTimes* phases = &run->phases;
+    int n = run->timed_steps;
+    if (n > 0) {
+        printf0("average step: %.2f ms (forward %.2f, backward %.2f, update %.2f ms on the GPU)\n",
+                run->timed_seconds / n * 1e3, phases->forward_ms / n, phases->backward_ms / n, phases->update_ms / n);
+        if (g_comm.world > 1) { printf0("exposed communication: %.2f ms per step\n", phases->exposed_comm_ms / n); }
+    }
+    printf0("GPU memory allocated: %.3f GB\n", g_device_bytes / 1e9);
+    if (g_comm.rank == 0) { printf("weights checksum: %016llx\n", (unsigned long long)gpt2_weights_checksum(&run->model)); }
+    if (run->log) { fclose(run->log); }
+    tokenizer_free(&run->tokenizer);
+    dataloader_free(&run->train_loader);
+    dataloader_free(&run->val_loader);
+    gpt2_free(&run->model);
+    comm_free(&g_comm);
 }
 
 int main(int argc, char** argv) {
-    TrainArgs args = parse_args(argc, argv);
-    RunShape* r = &args.shape;
-    if (!cuda_setup(r->use_tf32 == 1)) { fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+"); }
-    int resume_step = args.resume ? read_latest_step(args.output_dir) : -1;
-    GPT2 model;
-    build_model(&model, &args, resume_step);
-    const GPT2Config* c = &model.config;
-    r->attention = c->attention;
-    if (r->T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, c->max_seq_len); }
-
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, args.train_pattern, r->B, r->T, 0, 1, false, r->seed, c->vocab_size);
-    int val_B = std::min(r->B, dataloader_max_batch(args.val_pattern, r->T, 1));
-    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than T+1 = %d tokens", args.val_pattern, r->T + 1); }
-    dataloader_init(&val_loader, args.val_pattern, val_B, r->T, 0, 1, false, r->seed, c->vocab_size);
-    int val_batches_per_epoch = (int)dataloader_batches_per_epoch(&val_loader);
-    int val_batches = args.val_batches == 0 ? val_batches_per_epoch : std::min(args.val_batches, val_batches_per_epoch);
-    if (r->max_steps < 0) {
-        r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&train_loader) / r->grad_accum_steps);
+    int gpus = launch_gpus_flag(argc, argv);
+    LaunchInfo me = launch_info_from_env();
+    if (gpus > 0 && me.world > 1) {
+        fail("flag --gpus: this process is already rank %d of %d (%s); give the GPUs to one or the other", me.rank,
+             me.world, me.source);
     }
-    Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, args.tokenizer);
-
-    FILE* log = open_run_log(&args);
-    g_sample_rng_state = r->seed;
-    int start_step = 0;
-    if (resume_step >= 0) {
-        load_run_state(args.output_dir, resume_step, &model, r, &train_loader);
-        start_step = resume_step;
-        printf("resumed from %s at step %d\n", args.output_dir, start_step);
-        fprintf(log, "# resumed at step %d\n", start_step);
+    if (std::max(gpus, me.world) > 1 && !comm_available()) {
+        fail("%d GPUs asked for (%s), but this build has no NCCL: install it (libnccl-dev, or NCCL_HOME=DIR) and "
+             "rebuild with make", std::max(gpus, me.world), gpus > 1 ? "flag --gpus" : me.source);
     }
-    gpt2_allocate_activations(&model, r->B, std::max(r->T, std::min(args.gen_tokens + 1, c->max_seq_len)));
-    float peak_tflops = args.peak_tflops > 0 ? args.peak_tflops : tf32_peak_tflops(g_device_name);
-    print_config(&model, &args, dataloader_batches_per_epoch(&train_loader), val_B, val_batches, peak_tflops);
-
-    double tokens_per_step = (double)args.total_batch_tokens;
-    double flops_per_step = (6.0 * model.num_parameters + 6.0 * c->num_layers * r->T * c->channels) * tokens_per_step;
-    double timed_seconds = 0.0;
-    int timed_steps = 0;
-    PhaseTimes phases;
-    phase_times_init(&phases, r->grad_accum_steps);
-    // Steps are pipelined: step s + 1 is queued before the host waits for step s's loss, so the GPU
-    // does not idle while the host loads a batch, logs and launches. A step's time is from when
-    // the GPU could start it (queued, and the previous step done) to when it was seen done.
-    int pending = -1;  // the queued step not yet reported
-    double queued_at[2] = {0.0, 0.0}, last_done = 0.0;
-    auto report_pending = [&]() {
-        if (pending < 0) { return; }
-        int step = pending, slot = step % 2;
-        pending = -1;
-        float loss, grad_norm;
-        gpt2_wait_stats(&model, slot, &loss, &grad_norm);
-        double now = wall_seconds(), seconds = now - std::max(queued_at[slot], last_done);
-        last_done = now;
-        if (step > start_step) {  // the first step of a process includes one-time setup
-            timed_seconds += seconds;
-            timed_steps++;
-            phase_times_add(&phases, slot);
-        }
-        double mean_seconds = timed_steps > 0 ? timed_seconds / timed_steps : seconds;
-        double mfu = peak_tflops > 0 ? 100.0 * flops_per_step / seconds / (peak_tflops * 1e12) : 0.0;
-        double eta_minutes = (r->max_steps - step - 1) * mean_seconds / 60.0;
-        float lr = learning_rate(r, step);
-        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.2f ms | %.0f tok/s | MFU %.1f%% | ETA %.1f min\n",
-               step + 1, r->max_steps, loss, lr, grad_norm, seconds * 1e3, tokens_per_step / seconds, mfu, eta_minutes);
-        if (log) {
-            fprintf(log, "s:%d trl:%.6f lr:%.6e norm:%.6f ms:%.3f tok/s:%.0f mfu:%.2f\n", step, loss, lr, grad_norm,
-                    seconds * 1e3, tokens_per_step / seconds, mfu);
-            fflush(log);
-        }
-    };
-    for (int step = start_step; step <= r->max_steps; step++) {
-        bool last_step = step == r->max_steps || (args.stop_at > 0 && step == args.stop_at);
-        bool checkpoint_due = log != NULL && step > start_step && (last_step || (args.checkpoint_every > 0 &&
-                                                                                 step % args.checkpoint_every == 0));
-        bool val_due = args.val_every > 0 && val_batches > 0 && (step % args.val_every == 0 || last_step);
-        bool sample_due = args.sample_every > 0 && args.gen_tokens > 0 && step > 0 &&
-                          (step % args.sample_every == 0 || last_step);
-        if (checkpoint_due || val_due || sample_due || last_step) { report_pending(); }
-        if (checkpoint_due) {
-            write_checkpoint(args.output_dir, step, &model, r, &train_loader);
-            if (args.checkpoint_keep > 0) { prune_checkpoints(args.output_dir, args.checkpoint_keep); }
-        }
-        if (val_due) {
-            float val_loss = validation_loss(&model, &val_loader, val_batches);
-            printf("step %d: val loss %.6f\n", step, val_loss);
-            if (log) { fprintf(log, "s:%d tel:%.6f\n", step, val_loss); fflush(log); }
-        }
-        if (sample_due) { generate(&model, &tokenizer, std::min(args.gen_tokens, model.max_T - 1)); }
+    if (gpus > 1) { return launch_local(gpus, argc, argv); }
+    Run run;
+    run_init(&run, &me, argc, argv);
+    int max_steps = run.args.shape.max_steps, stop_at = run.args.stop_at;
+    for (int step = run.start_step; step <= max_steps; step++) {
+        bool last_step = step == max_steps || (stop_at > 0 && step == stop_at);
+        run_periodic(&run, step, last_step);
         if (last_step) { break; }
-
-        queued_at[step % 2] = wall_seconds();
-        train_step(&model, &train_loader, r, step, &phases);
-        report_pending();  // the previous step, while this one runs
-        pending = step;
+        run_step(&run, step);
+        run_report(&run);  // the previous step, while this one runs
+        run.pending = step;
     }
-    if (timed_steps > 0) {
-        printf("average step: %.2f ms (forward %.2f, backward %.2f, update %.2f ms on the GPU)\n",
-               timed_seconds / timed_steps * 1e3, phases.forward_ms / timed_steps, phases.backward_ms / timed_steps,
-               phases.update_ms / timed_steps);
-    }
-    printf("GPU memory allocated: %.3f GB\n", g_device_bytes / 1e9);
-    printf("weights checksum: %016llx\n", (unsigned long long)gpt2_weights_checksum(&model));
-    if (log) { fclose(log); }
-
-    tokenizer_free(&tokenizer);
-    dataloader_free(&train_loader);
-    dataloader_free(&val_loader);
-    gpt2_free(&model);
+    run_finish(&run);
     return 0;
 }
 #endif

@@ -5,11 +5,15 @@
 // (the byte order of every CUDA host, so they are read as-is).
 //
 // A sample is the T+1 tokens starting at token j*T of a shard: its first T tokens are
-// inputs, its last T the targets. A shard of N tokens holds floor((N-1)/T) samples and,
-// with `world_size` processes taking B samples each per step, yields
-// floor(samples / (B*world_size)) batches; batch k of process `rank` takes the samples
-// at positions [(k*world_size + rank)*B, +B) of the shard's sample order. After the last
-// batch of a shard comes the next shard, after the last shard the next epoch.
+// inputs, its last T the targets. An optimizer step reads one batch of B * world_size *
+// micro_steps samples: each of `world_size` processes runs `micro_steps` micro-steps of B
+// samples. A shard of N tokens holds floor((N-1)/T) samples and yields floor(samples /
+// batch) batches; in batch k, micro-step m of process `rank` takes the samples at positions
+// [((k*micro_steps + m)*world_size + rank)*B, +B) of the shard's sample order. So one process
+// with n micro-steps reads, micro-step by micro-step, what n processes with one micro-step
+// each read rank by rank, and a saved position (counted in batches) serves any split of the
+// same micro-batches per step. After the last batch of a shard comes the next shard, after
+// the last shard the next epoch.
 //
 // Without shuffling the shard and sample orders are the identity (a batch is then
 // B*T+1 consecutive tokens). With shuffling each epoch has its own shard order and each
@@ -37,7 +41,7 @@
 #define DATALOADER_HEADER_BYTES (DATALOADER_HEADER_INTS * (int64_t)sizeof(int32_t))
 
 // The loader's position, for checkpoints: 64 bytes, fixed-size fields, no padding.
-// It is the same on every rank. The fields after batch_index identify the run's
+// It is the same on every rank (saved between optimizer steps). The fields after batch_index identify the run's
 // configuration and data set; dataloader_restore() refuses a state where they differ.
 struct DataLoaderState {
     int64_t epoch;        // epochs completed before the next batch
@@ -48,14 +52,14 @@ struct DataLoaderState {
     int64_t num_tokens;   // total tokens over all shards
     int32_t B;            // samples per batch and process
     int32_t T;            // tokens per sample (sequence length)
-    int32_t world_size;   // number of processes sharing the data
+    int32_t micro_batches;  // micro-batches per optimizer step, all processes together
     int32_t shuffle;      // 1 if shuffling, 0 if not
 };
 static_assert(sizeof(DataLoaderState) == 64, "DataLoaderState must stay 64 bytes");
 
 struct DataLoader {
     // Configuration.
-    int B, T, rank, world_size;
+    int B, T, rank, world_size, micro_steps;
     bool shuffle;
     uint64_t seed;
     uint32_t vocab_size;
@@ -64,8 +68,9 @@ struct DataLoader {
     std::vector<int64_t> shard_tokens;
     std::vector<int64_t> shard_batches;
     int64_t total_tokens;
-    // Position of the next batch.
+    // Position of the next batch, and of the next micro-step within it.
     int64_t epoch, shard_index, batch_index;
+    int micro_step;
     // The shard in memory (an index into shard_paths, or -1) and its tokens.
     int64_t loaded_shard;
     std::vector<uint16_t> tokens;
@@ -130,6 +135,14 @@ static inline void dl_shuffle(std::vector<Index>* items, DlRng* rng) {
 
 static inline int64_t dl_samples_in(int64_t num_tokens, int T) {
     return num_tokens > 0 ? (num_tokens - 1) / T : 0;
+}
+
+// Back to the first batch of epoch 0.
+static inline void dataloader_reset(DataLoader* dl) {
+    dl->epoch = 0;
+    dl->shard_index = 0;
+    dl->batch_index = 0;
+    dl->micro_step = 0;
 }
 
 // Validates a shard's header against its file size and returns its token count; any defect is
@@ -235,16 +248,19 @@ static inline void dl_update_sample_order(DataLoader* dl, int64_t epoch, int64_t
 // Public API.
 
 static inline void dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int rank,
-                                   int world_size, bool shuffle, uint64_t seed, uint32_t vocab_size) {
+                                   int world_size, int micro_steps, bool shuffle, uint64_t seed,
+                                   uint32_t vocab_size) {
     if (B <= 0) { fail("batch size B must be positive, got %d", B); }
     if (T <= 0) { fail("sequence length T must be positive, got %d", T); }
     if (world_size <= 0) { fail("world_size must be positive, got %d", world_size); }
+    if (micro_steps <= 0) { fail("micro_steps must be positive, got %d", micro_steps); }
     if (rank < 0 || rank >= world_size) { fail("rank %d is outside [0, world_size=%d)", rank, world_size); }
     if (vocab_size == 0) { fail("vocab_size must be positive"); }
     dl->B = B;
     dl->T = T;
     dl->rank = rank;
     dl->world_size = world_size;
+    dl->micro_steps = micro_steps;
     dl->shuffle = shuffle;
     dl->seed = seed;
     dl->vocab_size = vocab_size;
@@ -252,13 +268,13 @@ static inline void dataloader_init(DataLoader* dl, const char* pattern, int B, i
     dl->shard_tokens.clear();
     dl->shard_batches.clear();
     dl->total_tokens = 0;
-    int64_t samples_per_batch = (int64_t)B * world_size;
+    int64_t samples_per_batch = (int64_t)B * world_size * micro_steps;
     for (const std::string& path : dl->shard_paths) {
         int64_t num_tokens = dl_shard_token_count(path.c_str());
         int64_t num_batches = dl_samples_in(num_tokens, T) / samples_per_batch;
         if (num_batches == 0) {
-            fail("%s: shard too small: %lld tokens, one batch of B=%d x T=%d x world_size=%d needs %lld",
-                 path.c_str(), (long long)num_tokens, B, T, world_size,
+            fail("%s: shard too small: %lld tokens, one batch of B=%d x T=%d x %d micro-batches needs %lld",
+                 path.c_str(), (long long)num_tokens, B, T, world_size * micro_steps,
                  (long long)(samples_per_batch * T + 1));
         }
         dl->shard_tokens.push_back(num_tokens);
@@ -272,17 +288,16 @@ static inline void dataloader_init(DataLoader* dl, const char* pattern, int B, i
     dl_load_shard(dl, dl_shard_at(dl, 0, 0));  // the first batch's shard, its tokens checked now
     dl->inputs = (int32_t*)malloc_or_fail((size_t)B * T * sizeof(int32_t));
     dl->targets = (int32_t*)malloc_or_fail((size_t)B * T * sizeof(int32_t));
-    dl->epoch = 0;
-    dl->shard_index = 0;
-    dl->batch_index = 0;
+    dataloader_reset(dl);
 }
 
-// Fills inputs/targets with the next batch, then advances the position.
+// Fills inputs/targets with this process's next micro-batch, then advances the position.
 static inline void dataloader_next_batch(DataLoader* dl) {
     int64_t shard = dl_shard_at(dl, dl->epoch, dl->shard_index);
     dl_load_shard(dl, shard);
     if (dl->shuffle) { dl_update_sample_order(dl, dl->epoch, shard); }
-    int64_t first_position = (dl->batch_index * dl->world_size + dl->rank) * dl->B;
+    int64_t micro_batch = dl->batch_index * dl->micro_steps + dl->micro_step;
+    int64_t first_position = (micro_batch * dl->world_size + dl->rank) * dl->B;
     const uint16_t* tokens = dl->tokens.data();
     for (int b = 0; b < dl->B; b++) {
         int64_t position = first_position + b;
@@ -295,6 +310,8 @@ static inline void dataloader_next_batch(DataLoader* dl) {
             targets[t] = row[t + 1];
         }
     }
+    if (++dl->micro_step < dl->micro_steps) { return; }
+    dl->micro_step = 0;
     dl->batch_index++;
     if (dl->batch_index == dl->shard_batches[(size_t)shard]) {
         dl->batch_index = 0;
@@ -306,12 +323,6 @@ static inline void dataloader_next_batch(DataLoader* dl) {
     }
 }
 
-// Back to the first batch of epoch 0.
-static inline void dataloader_reset(DataLoader* dl) {
-    dl->epoch = 0;
-    dl->shard_index = 0;
-    dl->batch_index = 0;
-}
 
 static inline DataLoaderState dataloader_state(const DataLoader* dl) {
     DataLoaderState state;
@@ -324,7 +335,7 @@ static inline DataLoaderState dataloader_state(const DataLoader* dl) {
     state.num_tokens = dl->total_tokens;
     state.B = dl->B;
     state.T = dl->T;
-    state.world_size = dl->world_size;
+    state.micro_batches = dl->world_size * dl->micro_steps;
     state.shuffle = dl->shuffle ? 1 : 0;
     return state;
 }
@@ -334,12 +345,12 @@ static inline DataLoaderState dataloader_state(const DataLoader* dl) {
 static inline void dataloader_restore(DataLoader* dl, const DataLoaderState* state) {
     DataLoaderState own = dataloader_state(dl);
     bool seed_differs = dl->shuffle && state->seed != own.seed;
-    if (state->B != own.B || state->T != own.T || state->world_size != own.world_size ||
+    if (state->B != own.B || state->T != own.T || state->micro_batches != own.micro_batches ||
         state->shuffle != own.shuffle || seed_differs) {
-        fail("data loader state does not match: saved B=%d T=%d world_size=%d shuffle=%d seed=%llu, "
-             "now B=%d T=%d world_size=%d shuffle=%d seed=%llu",
-             state->B, state->T, state->world_size, state->shuffle, (unsigned long long)state->seed,
-             own.B, own.T, own.world_size, own.shuffle, (unsigned long long)own.seed);
+        fail("data loader state does not match: saved B=%d T=%d micro-batches=%d shuffle=%d seed=%llu, "
+             "now B=%d T=%d micro-batches=%d shuffle=%d seed=%llu",
+             state->B, state->T, state->micro_batches, state->shuffle, (unsigned long long)state->seed,
+             own.B, own.T, own.micro_batches, own.shuffle, (unsigned long long)own.seed);
     }
     if (state->num_shards != own.num_shards || state->num_tokens != own.num_tokens) {
         fail("data loader state is for another data set: saved %lld shards / %lld tokens, now %lld / %lld",
@@ -360,6 +371,7 @@ static inline void dataloader_restore(DataLoader* dl, const DataLoaderState* sta
     dl->epoch = state->epoch;
     dl->shard_index = state->shard_index;
     dl->batch_index = state->batch_index;
+    dl->micro_step = 0;
 }
 
 // Batches one process gets per epoch (the same on every rank).
@@ -370,11 +382,12 @@ static inline size_t dataloader_batches_per_epoch(const DataLoader* dl) {
 }
 
 // The largest B for which every shard matching `pattern` holds at least one batch of B x T
-// (0 if some shard has fewer than T+1 tokens): lets a small validation split serve any B.
-static inline int dataloader_max_batch(const char* pattern, int T, int world_size) {
+// per micro-batch (0 if some shard has fewer than T+1 tokens): lets a small validation split
+// serve any B.
+static inline int dataloader_max_batch(const char* pattern, int T, int micro_batches) {
     int64_t max_batch = INT32_MAX;
     for (const std::string& path : dl_glob_sorted(pattern)) {
-        max_batch = std::min(max_batch, dl_samples_in(dl_shard_token_count(path.c_str()), T) / world_size);
+        max_batch = std::min(max_batch, dl_samples_in(dl_shard_token_count(path.c_str()), T) / micro_batches);
     }
     return (int)max_batch;
 }

@@ -81,7 +81,7 @@ static void launch_variant(int variant, const Buffers& d) {
         }
     } else if (variant == 2) {
         adamw_kernel<<<ceil_div(d.n / 4, 256), 256>>>((float4*)d.params, (float4*)d.m, (float4*)d.v,
-                                                      (const float4*)d.grads, d.n / 4, d.table, d.grad_scale, h.lr,
+                                                      (const float4*)d.grads, d.n / 4, 0, d.table, d.grad_scale, h.lr,
                                                       h.beta1, h.beta2, h.bias_correction1, h.bias_correction2_sqrt,
                                                       h.eps, h.weight_decay);
         cudaCheck(cudaGetLastError());

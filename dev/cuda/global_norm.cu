@@ -7,10 +7,11 @@ factor, as torch.nn.utils.clip_grad_norm_: norm = sqrt(sum g^2), scale = min(1, 
   variant 2  float4, a resident grid, block sums added with float atomicAdd (not deterministic),
              then a one-thread kernel for the square root
   variant 3  float4, a resident grid, block partials, then a one-block kernel adds them in order
-  variant 4  the trainer's grad_norm_kernel as gpt2_update launches it: float4, a resident grid
-             (grad_norm_blocks()), each block a contiguous slice; the last block to finish adds
-             the partials
-  variant 5  as 4 with scalar loads and 1024 blocks (the trainer's kernel before float4)
+  variant 4  the trainer's grad_norm_partials + grad_norm_finish as gpt2_update launches them:
+             one block per chunk of ZERO_CHUNK floats (the chunks a data-parallel run shards), then
+             one block adds the chunk partials in order (the same sum for any number of GPUs)
+  variant 5  scalar loads, 1024 blocks, the last block to finish adds the partials (the trainer's
+             kernel before float4)
 
   ./global_norm [variant ...]
 
@@ -24,7 +25,7 @@ static const char* const VARIANT_NAMES[] = {
     "1 naive: one block, double accumulators",
     "2 float4, float atomicAdd of block sums",
     "3 float4, block partials + finalize kernel",
-    "4 trainer: grad_norm_kernel, float4, last block sums",
+    "4 trainer: a block per chunk + ordered finish",
     "5 scalar, 1024 blocks, last block sums",
 };
 
@@ -122,7 +123,9 @@ static void launch_variant(int variant, const Buffers& d) {
         cudaCheck(cudaGetLastError());
         finalize_kernel<<<1, BLOCK>>>(d.norm_scale, d.partials, resident, MAX_NORM);
     } else if (variant == 4) {
-        grad_norm_kernel<<<grad_norm_blocks(), 1024>>>(d.norm_scale, d.partials, d.counter, grads4, d.n / 4, MAX_NORM);
+        size_t chunks = zero_div_up(d.n, ZERO_CHUNK);
+        grad_norm_partials(d.partials, d.grads, d.n, 0, chunks);
+        grad_norm_finish(d.norm_scale, d.partials, chunks, MAX_NORM);
     } else {
         scalar_last_block_kernel<<<SCALAR_BLOCKS, BLOCK>>>(d.norm_scale, d.partials, d.counter, d.grads, d.n, MAX_NORM);
     }
@@ -136,7 +139,7 @@ int main(int argc, char** argv) {
     Buffers d = {};
     for (size_t size : sizes) { d.n += size; }
     if (d.n % 4 != 0) { fail("%zu gradients: not a multiple of 4", d.n); }
-    d.norm_scale = gpu_floats(2), d.grads = gpu_floats(d.n), d.partials = gpu_floats(std::max({SCALAR_BLOCKS, grad_norm_blocks(), 2 * g_num_sms}));
+    d.norm_scale = gpu_floats(2), d.grads = gpu_floats(d.n), d.partials = gpu_floats(std::max({(size_t)SCALAR_BLOCKS, zero_div_up(d.n, ZERO_CHUNK), (size_t)(2 * g_num_sms)}));
     d.total = gpu_floats(1), d.counter = (unsigned int*)gpu_ints(1);
     cudaCheck(cudaMemset(d.counter, 0, sizeof(unsigned int)));
     for (int variant = 1; variant <= NUM_VARIANTS; variant++) {

@@ -124,7 +124,7 @@ TEST(loader_batch_contents_and_target_shift) {
     std::string dir = make_temp_dir();
     write_test_shard(dir + "/only.bin", 0, 100);
     DataLoader dl;
-    dataloader_init(&dl, (dir + "/*.bin").c_str(), 2, 8, 0, 1, false, 0, GPT2_VOCAB);
+    dataloader_init(&dl, (dir + "/*.bin").c_str(), 2, 8, 0, 1, 1, false, 0, GPT2_VOCAB);
     CHECK(dataloader_batches_per_epoch(&dl) == 6);  // floor(floor(99 / 8) / 2)
     dataloader_next_batch(&dl);
     for (int i = 0; i < 16; i++) {
@@ -146,7 +146,7 @@ TEST(loader_reads_shards_in_sorted_order_and_wraps_epochs) {
     write_test_shard(dir + "/shard_0.bin", 0, 70);  // 8
     write_test_shard(dir + "/shard_1.bin", 1, 33);  // 4
     DataLoader dl;
-    dataloader_init(&dl, (dir + "/shard_*.bin").c_str(), 1, 8, 0, 1, false, 0, GPT2_VOCAB);
+    dataloader_init(&dl, (dir + "/shard_*.bin").c_str(), 1, 8, 0, 1, 1, false, 0, GPT2_VOCAB);
     CHECK(dataloader_batches_per_epoch(&dl) == 18);
     std::vector<int32_t> epoch0 = next_row_starts(&dl, 18);
     for (int k = 0; k < 18; k++) {
@@ -172,7 +172,7 @@ static void check_rank_sharding(bool shuffle) {
     std::multiset<int32_t> seen;
     for (int rank = 0; rank < 3; rank++) {
         DataLoader dl;
-        dataloader_init(&dl, (dir + "/*.bin").c_str(), 2, 8, rank, 3, shuffle, 11, GPT2_VOCAB);
+        dataloader_init(&dl, (dir + "/*.bin").c_str(), 2, 8, rank, 3, 1, shuffle, 11, GPT2_VOCAB);
         CHECK(dataloader_batches_per_epoch(&dl) == 6);
         std::vector<int32_t> starts = next_row_starts(&dl, 6);
         seen.insert(starts.begin(), starts.end());
@@ -193,12 +193,46 @@ TEST(loader_ranks_take_disjoint_samples) {
     check_rank_sharding(true);
 }
 
+// One process with 3 micro-steps per optimizer step reads, micro-step by micro-step, exactly
+// what 3 processes with one micro-step each read rank by rank (shard ends included), and a
+// position saved by one split of the micro-batches continues under the other.
+TEST(loader_micro_steps_match_ranks) {
+    std::string dir = make_temp_dir();
+    write_test_shard(dir + "/a.bin", 0, 8 * 29 + 5);  // 29 samples: 4 batches of 2 x 3 micro-batches, 5 unused
+    write_test_shard(dir + "/b.bin", 1, 8 * 13 + 1);  // 13 samples: 2 batches, 1 unused
+    std::string pattern = dir + "/*.bin";
+    for (bool shuffle : {false, true}) {
+        DataLoader one, ranks[3];
+        dataloader_init(&one, pattern.c_str(), 2, 8, 0, 1, 3, shuffle, 11, GPT2_VOCAB);
+        for (int r = 0; r < 3; r++) { dataloader_init(&ranks[r], pattern.c_str(), 2, 8, r, 3, 1, shuffle, 11, GPT2_VOCAB); }
+        CHECK(dataloader_batches_per_epoch(&one) == 6);
+        for (int step = 0; step < 14; step++) {  // past the end of the epoch
+            for (int r = 0; r < 3; r++) { CHECK(next_row_starts(&one, 1) == next_row_starts(&ranks[r], 1)); }
+        }
+        DataLoaderState saved = dataloader_state(&one);
+        CHECK(saved.micro_batches == 3 && dataloader_state(&ranks[1]).micro_batches == 3);
+        DataLoader resumed;
+        dataloader_init(&resumed, pattern.c_str(), 2, 8, 2, 3, 1, shuffle, 11, GPT2_VOCAB);
+        dataloader_restore(&resumed, &saved);
+        std::vector<int32_t> expected;
+        for (int step = 0; step < 4; step++) {
+            std::vector<int32_t> micro = next_row_starts(&one, 3);
+            expected.insert(expected.end(), micro.begin() + 4, micro.end());  // micro-step 2: rank 2's rows
+        }
+        CHECK(next_row_starts(&resumed, 4) == expected);
+        dataloader_free(&one);
+        dataloader_free(&resumed);
+        for (DataLoader& dl : ranks) { dataloader_free(&dl); }
+    }
+    remove_dir(dir);
+}
+
 TEST(loader_shuffle_is_deterministic_per_seed) {
     std::string dir = make_three_shards();
     std::string pattern = dir + "/*.bin";
     auto two_epochs = [&](uint64_t seed) {
         DataLoader dl;
-        dataloader_init(&dl, pattern.c_str(), 4, 8, 0, 1, true, seed, GPT2_VOCAB);
+        dataloader_init(&dl, pattern.c_str(), 4, 8, 0, 1, 1, true, seed, GPT2_VOCAB);
         std::vector<int32_t> starts = next_row_starts(&dl, 2 * (int64_t)dataloader_batches_per_epoch(&dl));
         dataloader_free(&dl);
         return starts;
@@ -215,7 +249,7 @@ TEST(loader_shuffle_reorders_a_single_shard_every_epoch) {
     std::string dir = make_temp_dir();
     write_test_shard(dir + "/only.bin", 0, 32 * 8 + 1);
     DataLoader dl;
-    dataloader_init(&dl, (dir + "/only.bin").c_str(), 4, 8, 0, 1, true, 3, GPT2_VOCAB);
+    dataloader_init(&dl, (dir + "/only.bin").c_str(), 4, 8, 0, 1, 1, true, 3, GPT2_VOCAB);
     std::vector<int32_t> epoch0 = next_row_starts(&dl, 8);
     std::vector<int32_t> epoch1 = next_row_starts(&dl, 8);
     CHECK(epoch0 != epoch1);
@@ -227,7 +261,7 @@ TEST(loader_shuffle_reorders_a_single_shard_every_epoch) {
 TEST(loader_shuffle_covers_every_sample_once_per_epoch) {
     std::string dir = make_three_shards();
     DataLoader dl;
-    dataloader_init(&dl, (dir + "/*.bin").c_str(), 4, 8, 0, 1, true, 5, GPT2_VOCAB);
+    dataloader_init(&dl, (dir + "/*.bin").c_str(), 4, 8, 0, 1, 1, true, 5, GPT2_VOCAB);
     CHECK(dataloader_batches_per_epoch(&dl) == 9);
     std::multiset<int32_t> every_sample = every_sample_of_three_shards();
     std::vector<int32_t> identity(every_sample.begin(), every_sample.end());
@@ -257,7 +291,7 @@ TEST(loader_shuffle_covers_every_sample_once_per_epoch) {
 // that has already moved on, and expects both to continue exactly like the original.
 static void check_restore(const std::string& pattern, bool shuffle, int world_size, int64_t skip) {
     DataLoader original, fresh, moved;
-    dataloader_init(&original, pattern.c_str(), 2, 8, world_size - 1, world_size, shuffle, 99, GPT2_VOCAB);
+    dataloader_init(&original, pattern.c_str(), 2, 8, world_size - 1, world_size, 1, shuffle, 99, GPT2_VOCAB);
     next_row_starts(&original, skip);
     DataLoaderState saved = dataloader_state(&original);
     unsigned char bytes[sizeof(DataLoaderState)];  // as a checkpoint would store it
@@ -267,11 +301,11 @@ static void check_restore(const std::string& pattern, bool shuffle, int world_si
     int64_t horizon = 2 * (int64_t)dataloader_batches_per_epoch(&original) + 3;
     std::vector<int32_t> expected = next_row_starts(&original, horizon);
 
-    dataloader_init(&fresh, pattern.c_str(), 2, 8, world_size - 1, world_size, shuffle, 99, GPT2_VOCAB);
+    dataloader_init(&fresh, pattern.c_str(), 2, 8, world_size - 1, world_size, 1, shuffle, 99, GPT2_VOCAB);
     dataloader_restore(&fresh, &loaded);
     CHECK(next_row_starts(&fresh, horizon) == expected);
 
-    dataloader_init(&moved, pattern.c_str(), 2, 8, world_size - 1, world_size, shuffle, 99, GPT2_VOCAB);
+    dataloader_init(&moved, pattern.c_str(), 2, 8, world_size - 1, world_size, 1, shuffle, 99, GPT2_VOCAB);
     next_row_starts(&moved, skip + 7);
     dataloader_restore(&moved, &loaded);
     CHECK(next_row_starts(&moved, horizon) == expected);
@@ -298,13 +332,13 @@ TEST(loader_restore_rejects_other_runs) {
     write_test_shard(other + "/x.bin", 0, 200);
     std::string pattern = dir + "/*.bin", other_pattern = other + "/*.bin";
     DataLoader dl;
-    dataloader_init(&dl, pattern.c_str(), 2, 8, 0, 1, true, 5, GPT2_VOCAB);
+    dataloader_init(&dl, pattern.c_str(), 2, 8, 0, 1, 1, true, 5, GPT2_VOCAB);
     dataloader_next_batch(&dl);
     DataLoaderState state = dataloader_state(&dl);
     auto restore_into = [&](const std::string& into, int B, bool shuffle, uint64_t seed, DataLoaderState s) {
         return [=]() {
             DataLoader target;
-            dataloader_init(&target, into.c_str(), B, 8, 0, 1, shuffle, seed, GPT2_VOCAB);
+            dataloader_init(&target, into.c_str(), B, 8, 0, 1, 1, shuffle, seed, GPT2_VOCAB);
             dataloader_restore(&target, &s);
         };
     };
@@ -327,7 +361,7 @@ static bool init_fails(const std::string& pattern, int B, int T, const std::stri
     return expect_exit_failure(
         [&]() {
             DataLoader dl;
-            dataloader_init(&dl, pattern.c_str(), B, T, 0, 1, false, 0, GPT2_VOCAB);
+            dataloader_init(&dl, pattern.c_str(), B, T, 0, 1, 1, false, 0, GPT2_VOCAB);
         },
         fragment.c_str());
 }
@@ -376,7 +410,7 @@ TEST(loader_checks_a_later_shards_tokens_when_it_loads) {
     std::string pattern = dir + "/*.bin";
     auto second_batch = [&]() {
         DataLoader dl;
-        dataloader_init(&dl, pattern.c_str(), 2, 8, 0, 1, false, 0, GPT2_VOCAB);
+        dataloader_init(&dl, pattern.c_str(), 2, 8, 0, 1, 1, false, 0, GPT2_VOCAB);
         dataloader_next_batch(&dl);  // shard a: fine
         dataloader_next_batch(&dl);  // shard b: its bad token is found here
     };
@@ -393,7 +427,7 @@ TEST(loader_max_batch_fits_the_smallest_shard) {
     CHECK(dataloader_max_batch(pattern.c_str(), 8, 2) == 2);
     CHECK(dataloader_max_batch(pattern.c_str(), 41, 1) == 0);
     DataLoader dl;
-    dataloader_init(&dl, pattern.c_str(), 5, 8, 0, 1, false, 0, GPT2_VOCAB);
+    dataloader_init(&dl, pattern.c_str(), 5, 8, 0, 1, 1, false, 0, GPT2_VOCAB);
     dataloader_free(&dl);
     remove_dir(dir);
 }
@@ -435,7 +469,7 @@ TEST(tinyshakespeare_shards_match_sha256) {
     CHECK(file_size(train.c_str()) == DATALOADER_HEADER_BYTES + 2 * 305260);
     const int32_t first[16] = {50256, 5962, 22307, 25, 198, 8421, 356, 5120, 597, 2252, 11, 3285, 502, 2740, 13, 628};
     DataLoader dl;
-    dataloader_init(&dl, val.c_str(), 4, 64, 0, 1, false, 0, GPT2_VOCAB);
+    dataloader_init(&dl, val.c_str(), 4, 64, 0, 1, 1, false, 0, GPT2_VOCAB);
     dataloader_next_batch(&dl);
     CHECK(memcmp(dl.inputs, first, sizeof(first)) == 0);
     dataloader_free(&dl);
@@ -590,7 +624,7 @@ TEST(shards_mode_keeps_documents_and_is_thread_count_independent) {
 
     DataLoader dl;  // the shards are valid input for the loader
     std::string loadable = dir + "/one/data_*_00000[01].bin";
-    dataloader_init(&dl, loadable.c_str(), 1, 64, 0, 1, false, 0, GPT2_VOCAB);
+    dataloader_init(&dl, loadable.c_str(), 1, 64, 0, 1, 1, false, 0, GPT2_VOCAB);
     CHECK(dl.shard_paths.size() == 2 && dl.total_tokens == 4000);
     dataloader_free(&dl);
     remove_dir(dir);

@@ -1,0 +1,212 @@
+// CPU tests of llmc/zero.h, the arithmetic of data-parallel training: shards of the parameters for
+// any number of ranks, the gradient buckets, the moves to the owners (with the slot layout the
+// trainer's ordered_sum_kernel reads) and the rank-ordered sum that makes N GPUs bit-identical to
+// N micro-steps on one, the gradient norm's chunks, and the split of -d into micro-steps.
+#include <math.h>
+
+#include <random>
+#include <vector>
+
+#include "dev/test/testing.h"
+#include "llmc/zero.h"
+
+// GPT-2 shaped tensor sizes (the trainer's order: wte, wpe, then 12 per-layer tensors, lnf).
+static const int NUM_TENSORS = 16;
+static const bool PER_LAYER[NUM_TENSORS] = {false, false, true, true, true, true, true, true,
+                                            true,  true,  true, true, true, true, false, false};
+
+static std::vector<size_t> gpt2_sizes(size_t Vp, size_t maxT, size_t C, size_t L) {
+    return {Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+            L * C,  L * C,    L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+}
+
+static size_t total(const std::vector<size_t>& sizes) {
+    size_t sum = 0;
+    for (size_t s : sizes) { sum += s; }
+    return sum;
+}
+
+TEST(shards_cover_the_parameters_once_chunk_aligned) {
+    for (size_t P : {(size_t)1, (size_t)4, ZERO_CHUNK - 4, ZERO_CHUNK, ZERO_CHUNK + 4, 5 * ZERO_CHUNK + 12,
+                     (size_t)124475904, (size_t)1557686400}) {
+        for (int world : {1, 2, 3, 4, 7, 8, 64}) {
+            size_t expected_begin = 0;
+            for (int r = 0; r < world; r++) {
+                ZeroShard s = zero_shard(P, r, world);
+                CHECK(s.begin == expected_begin);
+                CHECK(s.begin <= s.end && s.end <= P);
+                CHECK(s.begin % ZERO_CHUNK == 0 || s.begin == P);
+                CHECK(s.end % ZERO_CHUNK == 0 || s.end == P);
+                CHECK(s.padded >= P && s.padded == (size_t)world * s.chunks_per_rank * ZERO_CHUNK);
+                CHECK(s.end_chunk - s.first_chunk <= s.chunks_per_rank);
+                for (size_t i : {s.begin, s.end - 1}) {
+                    if (s.begin < s.end) { CHECK(zero_owner(i, P, world) == r); }
+                }
+                expected_begin = s.end;
+            }
+            CHECK(expected_begin == P);
+        }
+    }
+    ZeroShard empty = zero_shard(ZERO_CHUNK, 3, 4);  // one chunk, four ranks: ranks 1..3 own nothing
+    CHECK(empty.begin == ZERO_CHUNK && empty.end == ZERO_CHUNK);
+}
+
+TEST(buckets_cover_every_parameter_once) {
+    for (size_t L : {1, 2, 12}) {
+        std::vector<size_t> sizes = gpt2_sizes(1024, 64, 128, L);
+        size_t P = total(sizes);
+        std::vector<int> covered(P, 0);
+        for (int b = 0; b <= (int)L; b++) {
+            for (const ZeroRange& r : zero_bucket(sizes.data(), PER_LAYER, NUM_TENSORS, (int)L, b)) {
+                CHECK(r.begin < r.end && r.end <= P);
+                for (size_t i = r.begin; i < r.end; i++) { covered[i]++; }
+            }
+        }
+        bool once = true;
+        for (int c : covered) { once = once && c == 1; }
+        CHECK(once);
+    }
+    // bucket l holds layer l's slice of qkvw: (L, 3C, C) from offset Vp*C + maxT*C + 2*L*C
+    std::vector<size_t> sizes = gpt2_sizes(1024, 64, 128, 3);
+    std::vector<ZeroRange> layer1 = zero_bucket(sizes.data(), PER_LAYER, NUM_TENSORS, 3, 1);
+    CHECK(layer1.size() == 12);
+    size_t qkvw = 1024 * 128 + 64 * 128 + 2 * 3 * 128;
+    CHECK(layer1[2].begin == qkvw + 3 * 128 * 128 && layer1[2].end == qkvw + 2 * 3 * 128 * 128);
+    CHECK(zero_bucket(sizes.data(), PER_LAYER, NUM_TENSORS, 3, 3).size() == 4);  // wte, wpe, lnfw, lnfb
+}
+
+TEST(pieces_split_at_owner_boundaries) {
+    std::vector<size_t> sizes = gpt2_sizes(50304, 1024, 768, 12);
+    size_t P = total(sizes);
+    for (int world : {1, 2, 3, 8}) {
+        for (int b = 0; b <= 12; b++) {
+            std::vector<ZeroRange> ranges = zero_bucket(sizes.data(), PER_LAYER, NUM_TENSORS, 12, b);
+            std::vector<ZeroRange> pieces = zero_split_by_owner(ranges, P, world);
+            size_t in_ranges = 0, in_pieces = 0, owned_total = 0;
+            for (const ZeroRange& r : ranges) { in_ranges += r.end - r.begin; }
+            for (const ZeroRange& p : pieces) {
+                in_pieces += p.end - p.begin;
+                CHECK(p.begin < p.end);
+                CHECK(zero_owner(p.begin, P, world) == p.owner && zero_owner(p.end - 1, P, world) == p.owner);
+            }
+            for (int r = 0; r < world; r++) { owned_total += zero_owned_floats(pieces, r); }
+            CHECK(in_pieces == in_ranges && owned_total == in_ranges);
+        }
+    }
+}
+
+TEST(micro_batches_split_over_ranks) {
+    CHECK(zero_micro_batches(16 * 1024, 4 * 1024, 1) == 4);
+    CHECK(zero_micro_batches(16 * 1024, 4 * 1024, 2) == 4);  // 2 micro-steps on each of 2 ranks
+    CHECK(zero_micro_batches(16 * 1024, 4 * 1024, 4) == 4);
+    CHECK(zero_micro_batches(16 * 1024, 4 * 1024, 8) == 0);  // fewer micro-batches than ranks
+    CHECK(zero_micro_batches(12 * 1024, 4 * 1024, 2) == 0);  // 3 micro-batches over 2 ranks
+    CHECK(zero_micro_batches(4 * 1024 + 1, 4 * 1024, 1) == 0);
+    CHECK(zero_micro_batches(0, 4 * 1024, 1) == 0);
+    CHECK(zero_micro_batches(-8192, 4096, 1) == 0);
+}
+
+// Random gradients spread over many magnitudes, so that the order of additions shows.
+static std::vector<std::vector<float>> random_grads(int count, size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f), exponent(-8.0f, 8.0f);
+    std::vector<std::vector<float>> grads(count, std::vector<float>(n));
+    for (auto& g : grads) {
+        for (float& x : g) { x = unit(rng) * exp2f(exponent(rng)); }
+    }
+    return grads;
+}
+
+// The whole move of a data-parallel run on the CPU: every rank holds its micro-step's gradients;
+// per bucket, each rank "sends" its values of the pieces it does not own into the owner's slots
+// (the layout comm_send_to_owners gives), and the owner sums per piece as ordered_sum_kernel does.
+// The owners' slices must equal, bit for bit, one GPU's accumulation g0 + g1 + ... in order.
+static bool data_parallel_equals_accumulation(const std::vector<size_t>& sizes, int L, int world) {
+    size_t P = total(sizes);
+    std::vector<std::vector<float>> grads = random_grads(world, P, 7 + world);
+    std::vector<float> accumulated(P, 0.0f);  // one GPU: the first micro-step into zeros, then += each
+    for (int m = 0; m < world; m++) {
+        for (size_t i = 0; i < P; i++) { accumulated[i] = m == 0 ? 0.0f + grads[m][i] : accumulated[i] + grads[m][i]; }
+    }
+    std::vector<std::vector<float>> ranks = grads;  // what each rank's gradient buffer holds
+    for (int b = 0; b <= L; b++) {
+        std::vector<ZeroRange> pieces = zero_split_by_owner(zero_bucket(sizes.data(), PER_LAYER, NUM_TENSORS, L, b), P, world);
+        for (int owner = 0; owner < world; owner++) {
+            size_t owned = zero_owned_floats(pieces, owner);
+            std::vector<float> staging((world - 1) * owned);
+            size_t offset = 0;
+            for (const ZeroRange& p : pieces) {
+                if (p.owner != owner) { continue; }
+                for (int sender = 0; sender < world; sender++) {
+                    if (sender == owner) { continue; }
+                    float* slot = staging.data() + zero_sender_slot(sender, owner) * owned + offset;
+                    for (size_t i = p.begin; i < p.end; i++) { slot[i - p.begin] = ranks[sender][i]; }
+                }
+                for (size_t i = 0; i < p.end - p.begin; i++) {  // ordered_sum_kernel, element i
+                    float own = ranks[owner][p.begin + i];
+                    float sum = owner == 0 ? own : staging[offset + i];
+                    for (int r = 1; r < world; r++) {
+                        sum += r == owner ? own : staging[zero_sender_slot(r, owner) * owned + offset + i];
+                    }
+                    ranks[owner][p.begin + i] = sum;
+                }
+                offset += p.end - p.begin;
+            }
+        }
+    }
+    for (int r = 0; r < world; r++) {
+        ZeroShard s = zero_shard(P, r, world);
+        if (memcmp(ranks[r].data() + s.begin, accumulated.data() + s.begin, (s.end - s.begin) * sizeof(float)) != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+TEST(owners_sum_in_rank_order_bit_identical_to_accumulation) {
+    std::vector<size_t> sizes = gpt2_sizes(256, 64, 128, 2);  // ~0.5M parameters: 16 chunks
+    for (int world : {1, 2, 3, 5, 8}) { CHECK(data_parallel_equals_accumulation(sizes, 2, world)); }
+}
+
+TEST(ordered_sum_matches_reference_and_order_matters) {
+    size_t n = 4096;
+    std::vector<std::vector<float>> g = random_grads(3, n, 3);
+    const float* in_order[3] = {g[0].data(), g[1].data(), g[2].data()};
+    const float* reversed[3] = {g[2].data(), g[1].data(), g[0].data()};
+    std::vector<float> a(n), b(n);
+    zero_ordered_sum(a.data(), in_order, 3, n);
+    zero_ordered_sum(b.data(), reversed, 3, n);
+    bool same_as_sequential = true;
+    for (size_t i = 0; i < n; i++) { same_as_sequential = same_as_sequential && a[i] == (g[0][i] + g[1][i]) + g[2][i]; }
+    CHECK(same_as_sequential);
+    CHECK(memcmp(a.data(), b.data(), n * sizeof(float)) != 0);  // so the order must be fixed
+}
+
+// The norm's partial sums are per chunk, whoever owns the chunk: the gathered partials, and the
+// norm summed from them in chunk order, are the same for every world size.
+TEST(norm_partials_do_not_depend_on_world) {
+    size_t P = 7 * ZERO_CHUNK + 100;
+    std::vector<float> g = random_grads(1, P, 5)[0];
+    auto norm_for = [&](int world) {
+        ZeroShard s0 = zero_shard(P, 0, world);
+        std::vector<float> partials(world * s0.chunks_per_rank, 0.0f);
+        for (int r = 0; r < world; r++) {
+            ZeroShard s = zero_shard(P, r, world);
+            for (size_t c = s.first_chunk; c < s.end_chunk; c++) {
+                float sum = 0.0f;
+                for (size_t i = c * ZERO_CHUNK; i < std::min(P, (c + 1) * ZERO_CHUNK); i++) { sum += g[i] * g[i]; }
+                partials[c] = sum;
+            }
+        }
+        float total_sum = 0.0f;
+        for (size_t c = 0; c < s0.num_chunks; c++) { total_sum += partials[c]; }
+        return total_sum;
+    };
+    float one = norm_for(1);
+    for (int world : {2, 3, 4, 8, 16}) {
+        float other = norm_for(world);
+        CHECK(memcmp(&one, &other, sizeof(float)) == 0);
+    }
+}
+
+TEST_MAIN()

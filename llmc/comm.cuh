@@ -1,0 +1,220 @@
+// The processes of a data-parallel run and what they say to each other through NCCL: a Comm
+// {rank, world, local_rank, stream, nccl}, printf0, and the few collectives the trainer uses.
+// Every function does the right thing at world = 1 (and then makes no NCCL call), so callers
+// never branch on the number of GPUs; builds without NCCL (no USE_NCCL) run one process only.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <time.h>
+
+#include <vector>
+
+#include "llmc/launch.h"
+#include "llmc/utils.h"
+#include "llmc/zero.h"
+#ifdef USE_NCCL
+#include <nccl.h>
+#endif
+
+struct Comm {
+    int rank, world, local_rank;
+    cudaStream_t stream;  // where the collectives and the gradient buckets' work run (NULL: the main stream)
+#ifdef USE_NCCL
+    ncclComm_t nccl;
+#endif
+};
+
+static Comm comm_single() {
+    Comm comm = Comm();
+    comm.world = 1;
+    return comm;
+}
+
+static Comm g_comm = comm_single();  // this process's place in the run (comm_init)
+
+// printf on rank 0 only.
+static void printf0(const char* fmt, ...) {
+    if (g_comm.rank != 0) { return; }
+    va_list args;
+    va_start(args, fmt);
+    vprintf(fmt, args);
+    va_end(args);
+}
+
+#ifdef USE_NCCL
+static void nccl_check(ncclResult_t result, const char* file, int line) {
+    if (result != ncclSuccess) { fail("NCCL error at %s:%d: %s", file, line, ncclGetErrorString(result)); }
+}
+#define ncclCheck(result) nccl_check((result), __FILE__, __LINE__)
+#endif
+
+// Joins the run that `me` describes (the CUDA device already chosen): the NCCL id goes from rank
+// 0 to the others through a TCP rendezvous at MASTER_ADDR:MASTER_PORT, or through files in
+// rendezvous_dir when it is given; then the connections watch that every rank stays alive.
+static void comm_init(Comm* comm, const LaunchInfo* me, const char* rendezvous_dir) {
+    *comm = Comm();
+    comm->rank = me->rank;
+    comm->world = me->world;
+    comm->local_rank = me->local_rank;
+    if (cudaStreamCreateWithFlags(&comm->stream, cudaStreamNonBlocking) != cudaSuccess) {
+        fail("cannot create the communication stream");
+    }
+    if (me->world == 1) { return; }
+#ifndef USE_NCCL
+    (void)rendezvous_dir;
+    fail("%d processes requested (%s), but this build has no NCCL: install it (libnccl-dev, or NCCL_HOME=DIR) "
+         "and rebuild with make", me->world, me->source);
+#else
+    ncclUniqueId id;
+    if (me->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
+    if (rendezvous_dir != NULL) {
+        rendezvous_file(me, rendezvous_dir, &id, sizeof(id), 300.0);
+    } else {
+        rendezvous_tcp(me, &id, sizeof(id), 300.0);
+        liveness_start(NULL);  // a rank that dies makes the others exit within seconds
+    }
+    ncclCheck(ncclCommInitRank(&comm->nccl, me->world, id, me->rank));
+#endif
+}
+
+// Whether this build can run several processes (it was built with NCCL).
+static bool comm_available() {
+#ifdef USE_NCCL
+    return true;
+#else
+    return false;
+#endif
+}
+
+// Waits for `event` like cudaEventSynchronize; with several ranks it polls, so that an NCCL
+// error (a peer gone, a network failure) aborts the communicator with an error, never a hang.
+static void comm_wait(const Comm* comm, cudaEvent_t event) {
+#ifdef USE_NCCL
+    while (comm->world > 1) {
+        cudaError_t status = cudaEventQuery(event);
+        if (status != cudaErrorNotReady) { break; }
+        ncclResult_t async_error;
+        ncclCheck(ncclCommGetAsyncError(comm->nccl, &async_error));
+        if (async_error != ncclSuccess && async_error != ncclInProgress) {
+            ncclCommAbort(comm->nccl);
+            fail("rank %d: NCCL failed while waiting for the GPU: %s", comm->rank, ncclGetErrorString(async_error));
+        }
+        struct timespec pause = {0, 50000};
+        nanosleep(&pause, NULL);
+    }
+#endif
+    if (cudaEventSynchronize(event) != cudaSuccess) { fail("rank %d: the GPU failed while waiting", comm->rank); }
+}
+
+// The stream `waiter` waits for the work queued so far on `stream` (through `event`).
+static void stream_waits(cudaStream_t waiter, cudaStream_t stream, cudaEvent_t event) {
+    if (cudaEventRecord(event, stream) != cudaSuccess || cudaStreamWaitEvent(waiter, event, 0) != cudaSuccess) {
+        fail("cannot order the CUDA streams");
+    }
+}
+
+// In place: rank r's count floats at buffer + r*count go to every rank's buffer.
+static void comm_all_gather(const Comm* comm, float* buffer, size_t count) {
+    if (comm->world == 1) { return; }
+#ifdef USE_NCCL
+    ncclCheck(ncclAllGather(buffer + comm->rank * count, buffer, count, ncclFloat, comm->nccl, comm->stream));
+#else
+    (void)buffer, (void)count;
+#endif
+}
+
+// Every rank sends its values of the pieces it does not own to their owners; an owner receives
+// rank i's values of its own pieces, packed in piece order, at staging + zero_sender_slot(i) * owned
+// (owned: the floats of the pieces it owns).
+
+static void comm_send_to_owners(const Comm* comm, const float* data, const std::vector<ZeroRange>& pieces,
+                                float* staging, size_t owned) {
+    if (comm->world == 1) { return; }
+#ifdef USE_NCCL
+    ncclCheck(ncclGroupStart());
+    size_t offset = 0;  // into this rank's owned floats
+    for (const ZeroRange& p : pieces) {
+        size_t count = p.end - p.begin;
+        if (p.owner != comm->rank) {
+            ncclCheck(ncclSend(data + p.begin, count, ncclFloat, p.owner, comm->nccl, comm->stream));
+            continue;
+        }
+        for (int sender = 0; sender < comm->world; sender++) {
+            if (sender == comm->rank) { continue; }
+            float* slot = staging + zero_sender_slot(sender, comm->rank) * owned + offset;
+            ncclCheck(ncclRecv(slot, count, ncclFloat, sender, comm->nccl, comm->stream));
+        }
+        offset += count;
+    }
+    ncclCheck(ncclGroupEnd());
+#else
+    (void)data, (void)pieces, (void)staging, (void)owned;
+#endif
+}
+
+// Rank 0 receives every rank's slice [begin, end) of a sharded array (the owner's floats at
+// `slice`) into host (num_parameters floats), through `buffer` (buffer_floats on the device).
+static void comm_gather_slices(const Comm* comm, const float* slice, size_t num_parameters, float* host,
+                               float* buffer, size_t buffer_floats) {
+    ZeroShard mine = zero_shard(num_parameters, comm->rank, comm->world);
+    if (comm->rank == 0 && cudaMemcpy(host + mine.begin, slice, (mine.end - mine.begin) * sizeof(float),
+                                      cudaMemcpyDeviceToHost) != cudaSuccess) {
+        fail("cannot copy the optimizer state to the host");
+    }
+#ifdef USE_NCCL
+    for (int r = 1; r < comm->world; r++) {
+        ZeroShard theirs = zero_shard(num_parameters, r, comm->world);
+        for (size_t begin = theirs.begin; begin < theirs.end; begin += buffer_floats) {
+            size_t count = std::min(buffer_floats, theirs.end - begin);
+            if (comm->rank == r) {
+                ncclCheck(ncclSend(slice + (begin - theirs.begin), count, ncclFloat, 0, comm->nccl, comm->stream));
+            } else if (comm->rank == 0) {
+                ncclCheck(ncclRecv(buffer, count, ncclFloat, r, comm->nccl, comm->stream));
+                if (cudaStreamSynchronize(comm->stream) != cudaSuccess ||
+                    cudaMemcpy(host + begin, buffer, count * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+                    fail("cannot gather the optimizer state from rank %d", r);
+                }
+            }
+        }
+    }
+    if (comm->world > 1 && cudaStreamSynchronize(comm->stream) != cudaSuccess) { fail("cannot gather the optimizer state"); }
+#else
+    (void)buffer, (void)buffer_floats;
+#endif
+}
+
+// Fails on every rank, naming the first rank whose value differs from rank 0's (e.g. a hash of
+// the flags and data that shape the run).
+static void comm_check_same(const Comm* comm, uint64_t value, const char* what) {
+    if (comm->world == 1) { return; }
+#ifdef USE_NCCL
+    uint64_t* device = NULL;
+    if (cudaMalloc(&device, comm->world * sizeof(uint64_t)) != cudaSuccess) { fail("cannot allocate %s check", what); }
+    std::vector<uint64_t> values(comm->world);
+    cudaMemcpy(device + comm->rank, &value, sizeof(value), cudaMemcpyHostToDevice);
+    ncclCheck(ncclAllGather(device + comm->rank, device, 1, ncclUint64, comm->nccl, comm->stream));
+    if (cudaStreamSynchronize(comm->stream) != cudaSuccess ||
+        cudaMemcpy(values.data(), device, values.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost) != cudaSuccess) {
+        fail("cannot compare %s across ranks", what);
+    }
+    cudaFree(device);
+    for (int r = 1; r < comm->world; r++) {
+        if (values[r] != values[0]) { fail("rank %d: %s differ from rank 0's (every rank must get the same)", r, what); }
+    }
+#else
+    (void)value, (void)what;
+#endif
+}
+
+// A normal end: the peers are told this rank finished, then the communicator is released.
+static void comm_free(Comm* comm) {
+    cudaStreamSynchronize(comm->stream);
+#ifdef USE_NCCL
+    if (comm->world > 1) {
+        liveness_finish();
+        ncclCommDestroy(comm->nccl);
+    }
+#endif
+    cudaStreamDestroy(comm->stream);
+}
