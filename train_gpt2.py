@@ -15,6 +15,12 @@ peer the CUDA trainer is benchmarked against:
 
     python train_gpt2.py --model d12 --train-shards 'data/*_train_*.bin' \
         --batch 8 --seq-len 1024 --steps 50 --compile --flash --tf32
+
+Started by torchrun, training mode is data-parallel (DistributedDataParallel, NCCL on CUDA, gloo
+on the CPU): --batch rows per process, each taking its own rows of one global batch, and rank 0
+reports the global throughput:
+
+    torchrun --standalone --nproc_per_node 8 train_gpt2.py --model d12 --train-shards ... --batch 8
 """
 
 import argparse
@@ -26,8 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 MODEL_MAGIC = 20240326
 STATE_MAGIC = 20240327
@@ -507,25 +515,50 @@ def run_reference(args, device):
 # Training / benchmark mode
 
 
+def world_size():
+    """Processes in the run: torchrun's WORLD_SIZE, 1 when started without it."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def init_distributed(device):
+    """Joins torchrun's process group (NCCL on CUDA, one GPU per process; gloo on the CPU);
+    returns this process's rank and device."""
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), device
+
+
 def run_training(args, device):
     if args.steps <= args.warmup_steps:
         fail(f"--steps {args.steps} leaves no timed steps after {args.warmup_steps} warm-up steps")
+    world, rank = world_size(), 0
+    if world > 1:
+        rank, device = init_distributed(device)
+    log = print if rank == 0 else lambda *_: None
     torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     model = build_model(args, use_sdpa=args.flash).to(device)
     cfg = model.cfg
     check_seq_len(cfg, args.seq_len)
-    print(f"config: {cfg}")
+    log(f"config: {cfg}")
     lr, beta1, beta2, eps, weight_decay = float32_hyperparameters(args, default_lr=3e-4)
     optimizer = make_adamw(model, lr, (beta1, beta2), eps, weight_decay, fused=True)
-    step_model = torch.compile(model) if args.compile else model
-    batches = ShardBatches(args.train_shards, args.batch, args.seq_len, cfg.vocab_size)
+    step_model = model
+    if world > 1:
+        step_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    step_model = torch.compile(step_model) if args.compile else step_model
+    # Every process reads the global batch of B * world rows and keeps its own B of them, so
+    # that the data is the same as in one process with --batch B * world.
+    batches = ShardBatches(args.train_shards, args.batch * world, args.seq_len, cfg.vocab_size)
+    rows = slice(rank * args.batch, (rank + 1) * args.batch)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
     timed_ms = []
     for step in range(args.steps):
         start = time.perf_counter()
-        inputs, targets = (t.to(device) for t in batches.next_batch())
+        inputs, targets = (t[rows].to(device) for t in batches.next_batch())
         optimizer.zero_grad(set_to_none=True)
         _, loss = step_model(inputs, targets)
         loss.backward()
@@ -535,12 +568,16 @@ def run_training(args, device):
         step_ms = (time.perf_counter() - start) * 1000
         if step >= args.warmup_steps:
             timed_ms.append(step_ms)
-        print(f"step {step + 1}/{args.steps} loss {loss.item():.6f} ms {step_ms:.2f}")
+        # Under torchrun: the loss of rank 0's rows.
+        log(f"step {step + 1}/{args.steps} loss {loss.item():.6f} ms {step_ms:.2f}")
 
-    ms_per_step = sum(timed_ms) / len(timed_ms)
-    tokens_per_s = args.batch * args.seq_len / (ms_per_step / 1000)
-    peak_mem_gb = torch.cuda.max_memory_allocated() / 1e9 if device.type == "cuda" else 0.0
-    print(f"RESULT ms_per_step={ms_per_step:.3f} tok_per_s={tokens_per_s:.1f} peak_mem_gb={peak_mem_gb:.3f}")
+    ms_per_step = sum(timed_ms) / len(timed_ms)  # rank 0's
+    tokens_per_s = args.batch * world * args.seq_len / (ms_per_step / 1000)
+    peak_mem_gb = torch.cuda.max_memory_allocated() / 1e9 if device.type == "cuda" else 0.0  # per GPU
+    world_field = f" world={world}" if world > 1 else ""
+    log(f"RESULT ms_per_step={ms_per_step:.3f} tok_per_s={tokens_per_s:.1f} peak_mem_gb={peak_mem_gb:.3f}{world_field}")
+    if world > 1:
+        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------
@@ -562,7 +599,7 @@ def parse_args():
 
     run = parser.add_argument_group("run")
     run.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"))
-    run.add_argument("--batch", type=int, default=4)
+    run.add_argument("--batch", type=int, default=4, help="rows per step (per process under torchrun)")
     run.add_argument("--seq-len", type=int, default=64)
     run.add_argument("--steps", type=int, default=10)
     run.add_argument("--lr", type=float, help="default 1e-4 (reference) or 3e-4 (training)")
@@ -601,6 +638,8 @@ def main():
         if args.write_model or args.write_state or args.tokens:
             fail("--write-model, --write-state and --tokens apply only to reference mode")
         run_training(args, device)
+    elif world_size() > 1:
+        fail("reference mode runs in one process, not under torchrun")
     elif args.write_model is None and args.write_state is None:
         fail("nothing to do: give --write-model/--write-state (reference) or --train-shards (training)")
     else:
