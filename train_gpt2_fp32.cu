@@ -1680,7 +1680,8 @@ static void grad_norm_finish(float* norm_scale, const float* partials, size_t nu
 // ----------------------------------------------------------------------------------------------
 // Data parallel: gradients move to the owners of their parameters (ZeRO-1, llmc/zero.h). The
 // owner adds the ranks' contributions in rank order, as one GPU adds micro-step gradients in
-// micro-step order, so N GPUs with one micro-step each are bit-identical to N micro-steps on one.
+// micro-step order (gpt2_end_micro_step), so N GPUs with one micro-step each are bit-identical to
+// N micro-steps on one.
 
 // dst += src, as one GPU adds a micro-step's gradients to those accumulated before it.
 __global__ void add_inplace_kernel(float4* dst, const float4* src, size_t n4) {
@@ -1904,33 +1905,21 @@ static size_t layout_activations(ActivationTensors* acts, float* memory, const G
     return used[KEPT] + scratch;
 }
 
-// Gradients move between the ranks in buckets (llmc/zero.h): bucket l < L is layer l's share of
-// every per-layer tensor, complete once the backward pass is past layer l; bucket L the rest.
-static const bool PER_LAYER_TENSORS[NUM_PARAMETER_TENSORS] = {false, false, true, true, true, true, true, true,
-                                                              true,  true,  true, true, true, true, false, false};
-
-typedef struct {
-    std::vector<ZeroRange> ranges;  // the bucket's tensor ranges
-    std::vector<ZeroRange> pieces;  // the same cut at the owners' slice boundaries
-    size_t owned;                   // floats of the pieces this rank owns
-} GradBucket;
-
 typedef struct {
     GPT2Config config;
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     size_t num_parameters;
     ParameterTensors params, grads;
-    // parameters (padded to shard.padded for the all-gather) and gradients; AdamW's moments m, v
-    // only for this rank's slice [shard.begin, shard.end)
+    // parameters (padded to world equal slices for the all-gather) and gradients; AdamW's moments
+    // m, v only for this rank's slice [shard.begin, shard.end)
     float *params_memory, *grads_memory, *m_memory, *v_memory;
     ZeroShard shard;
     float* micro_grads_memory;  // a micro-step's gradients after the first (gpt2_begin_micro_step)
-    int micro, micro_steps;     // the micro-step in progress, of this rank's micro-steps per optimizer step
-    std::vector<GradBucket> grad_buckets;  // L + 1 (see GradBucket)
-    float* received;     // gradients sent to this rank as owner: world - 1 slots of a bucket's owned floats
+    int micro;                  // the micro-step in progress
+    float* received;       // the other ranks' gradients of this rank's slice: world - 1 slots of it
     float* norm_partials;  // gradient norm: one sum of squares per chunk, world * chunks_per_rank
     float* loss_shares;    // the ranks' shares of the loss, world
-    cudaEvent_t bucket_main, bucket_side, comm_joined;  // hand-offs to and from g_comm.stream
+    cudaEvent_t comm_joined;  // hand-offs between the main stream and g_comm.stream
     TransposedWeights weights_t;
     float* weights_t_memory;
     int adam_step;
@@ -1977,29 +1966,19 @@ static void validate_config(const GPT2Config* c, const char* source) {
     }
 }
 
-// The gradient buckets and what moving them needs: the pieces per owner, and where an owner
-// receives the other ranks' values of its pieces (the largest bucket's share, world - 1 times).
-static void gpt2_plan_buckets(GPT2* model) {
-    int L = model->config.num_layers, world = g_comm.world;
-    size_t most_owned = 0;
-    for (int b = 0; b <= L; b++) {
-        GradBucket bucket;
-        bucket.ranges = zero_bucket(model->param_sizes, PER_LAYER_TENSORS, NUM_PARAMETER_TENSORS, L, b);
-        bucket.pieces = zero_split_by_owner(bucket.ranges, model->num_parameters, world);
-        bucket.owned = zero_owned_floats(bucket.pieces, g_comm.rank);
-        most_owned = std::max(most_owned, bucket.owned);
-        model->grad_buckets.push_back(bucket);
-    }
+// What the moves between ranks need: the slots where an owner receives the other ranks'
+// gradients of its slice, the norm's partial sums, the loss shares.
+static void gpt2_allocate_comm(GPT2* model) {
+    int world = g_comm.world;
+    size_t owned = model->shard.end - model->shard.begin;
     if (world > 1) {
-        model->received = (float*)device_malloc((world - 1) * most_owned * sizeof(float), "gradients from other ranks");
+        model->received = (float*)device_malloc((world - 1) * owned * sizeof(float), "gradients from other ranks");
     }
     size_t norm_partials = world * model->shard.chunks_per_rank;
     model->norm_partials = (float*)device_malloc(norm_partials * sizeof(float), "gradient norm partials");
     cudaCheck(cudaMemset(model->norm_partials, 0, norm_partials * sizeof(float)));
     model->loss_shares = (float*)device_malloc(world * sizeof(float), "loss shares");
-    for (cudaEvent_t* event : {&model->bucket_main, &model->bucket_side, &model->comm_joined}) {
-        cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
-    }
+    cudaCheck(cudaEventCreateWithFlags(&model->comm_joined, cudaEventDisableTiming));
 }
 
 // Allocates parameters, gradients and this rank's AdamW moments on the device (values not set).
@@ -2011,15 +1990,16 @@ static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     model->shard = zero_shard(model->num_parameters, g_comm.rank, g_comm.world);
     size_t bytes = model->num_parameters * sizeof(float);
     size_t owned_bytes = std::max<size_t>(model->shard.end - model->shard.begin, 4) * sizeof(float);
-    model->params_memory = (float*)device_malloc(model->shard.padded * sizeof(float), "parameters");
+    size_t padded_bytes = g_comm.world * model->shard.chunks_per_rank * ZERO_CHUNK * sizeof(float);
+    model->params_memory = (float*)device_malloc(padded_bytes, "parameters");
     model->grads_memory = (float*)device_malloc(bytes, "gradients");
     model->m_memory = (float*)device_malloc(owned_bytes, "AdamW first moments");
     model->v_memory = (float*)device_malloc(owned_bytes, "AdamW second moments");
-    cudaCheck(cudaMemset(model->params_memory, 0, model->shard.padded * sizeof(float)));
+    cudaCheck(cudaMemset(model->params_memory, 0, padded_bytes));
     cudaCheck(cudaMemset(model->grads_memory, 0, bytes));
     cudaCheck(cudaMemset(model->m_memory, 0, owned_bytes));
     cudaCheck(cudaMemset(model->v_memory, 0, owned_bytes));
-    gpt2_plan_buckets(model);
+    gpt2_allocate_comm(model);
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
     size_t Vp = config->padded_vocab_size, C = config->channels, L = config->num_layers;
@@ -2300,58 +2280,31 @@ static void gpt2_zero_grad(GPT2* model) {
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float)));
 }
 
-// Micro-step `micro` of micro_steps (this rank's, per optimizer step): the first accumulates into
-// the zeroed gradients; each later one computes its gradients apart (micro_grads_memory), and the
-// backward pass adds them bucket by bucket in one addition each (gpt2_bucket_done). So the sum is
-// g0 + g1 + ... in micro-step order, whatever the kernels add inside a micro-step, and the same
-// sum the owners of a data-parallel run form in rank order.
-static void gpt2_begin_micro_step(GPT2* model, int micro, int micro_steps) {
+// Micro-step `micro` of this rank's micro-steps of an optimizer step: the first accumulates into
+// the zeroed gradients; each later one computes its gradients apart (micro_grads_memory) and
+// gpt2_end_micro_step adds them in one addition. So the sum is g0 + g1 + ... in micro-step
+// order, whatever the kernels add inside a micro-step: the sum the owners of a data-parallel run
+// form in rank order (gpt2_update).
+static void gpt2_begin_micro_step(GPT2* model, int micro) {
     model->micro = micro;
-    model->micro_steps = micro_steps;
     float* grads = model->grads_memory;
     if (micro > 0) {
         size_t bytes = model->num_parameters * sizeof(float);
         if (model->micro_grads_memory == NULL) {
             model->micro_grads_memory = (float*)device_malloc(bytes, "micro-step gradients");
         }
-        gpt2_join_comm(model);  // the last micro-step's gradients are added
         cudaCheck(cudaMemsetAsync(model->micro_grads_memory, 0, bytes));
         grads = model->micro_grads_memory;
     }
     point_parameters(&model->grads, grads, model->param_sizes);
 }
 
-// Bucket b's gradients are complete on both streams: on g_comm.stream, add them to the
-// accumulated gradients (micro-steps after the first) and, after the last micro-step, send them
-// to their owners, who sum them in rank order. The backward pass goes on meanwhile.
-static void gpt2_bucket_done(GPT2* model, int b) {
-    const Comm* comm = &g_comm;
-    bool add = model->micro > 0, reduce = comm->world > 1 && model->micro == model->micro_steps - 1;
-    if (!add && !reduce) { return; }
-    cudaCheck(cudaEventRecord(model->bucket_main, 0));
-    cudaCheck(cudaEventRecord(model->bucket_side, g_side_stream));
-    cudaCheck(cudaStreamWaitEvent(comm->stream, model->bucket_main, 0));
-    cudaCheck(cudaStreamWaitEvent(comm->stream, model->bucket_side, 0));
-    const GradBucket& bucket = model->grad_buckets[b];
-    float* grads = model->grads_memory;
-    if (add) {
-        for (const ZeroRange& r : bucket.ranges) {
-            add_inplace(grads + r.begin, model->micro_grads_memory + r.begin, r.end - r.begin, comm->stream);
-        }
-    }
-    if (!reduce) { return; }
-    comm_send_to_owners(comm, grads, bucket.pieces, model->received, bucket.owned);
-    size_t offset = 0;
-    for (const ZeroRange& p : bucket.pieces) {
-        if (p.owner != comm->rank) { continue; }
-        ordered_sum(grads + p.begin, model->received + offset, bucket.owned, p.end - p.begin, comm);
-        offset += p.end - p.begin;
-    }
+static void gpt2_end_micro_step(GPT2* model) {
+    if (model->micro > 0) { add_inplace(model->grads_memory, model->micro_grads_memory, model->num_parameters, 0); }
 }
 
 // Backward pass of the last forward (which must have computed the classifier's gradients, and
-// so dlnf in acts.dbtc); gradients accumulate (+=) into model->grads, each bucket handed to
-// gpt2_bucket_done as it completes.
+// so dlnf in acts.dbtc); gradients accumulate (+=) into model->grads.
 static void gpt2_backward(GPT2* model) {
     if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
     model->grads_pending = false;
@@ -2423,7 +2376,6 @@ static void gpt2_backward(GPT2* model) {
         main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
-        gpt2_bucket_done(model, l);
     }
     side_marks(model->grads_done);
     main_waits_for(model->grads_done);  // every weight gradient is in before the optimizer or the next forward
@@ -2431,7 +2383,6 @@ static void gpt2_backward(GPT2* model) {
     encoder_backward(g.wte, g.wpe, a.dbt4c, model->group_counters, a.dresidual, model->bucket_tokens,
                      model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
                      tb->num_buckets, B, T, C);  // dbt4c (4 B*T*C floats) holds the partials
-    gpt2_bucket_done(model, L);
 }
 
 // The main stream waits for g_comm.stream; with marks (two timing events), records the wait.
@@ -2442,15 +2393,26 @@ static void gpt2_wait_for_comm(GPT2* model, cudaEvent_t* marks) {
 }
 
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0);
-// the norm stays on the device (gpt2_read_stats reads it). Each rank updates the parameters it
-// owns (ZeRO-1), then every rank gathers all of them. comm_marks: 6 timing events around the
-// three waits for communication (the gradients' moves, the norm's partials, the parameters), or NULL.
+// the norm stays on the device (gpt2_read_stats reads it). With several ranks (ZeRO-1), each
+// sends every other rank its gradients of that rank's slice, each owner sums the ranks' gradients
+// of its slice in rank order and updates its slice, then every rank gathers all parameters.
+// (Measured slower on 2 H200s: moving each layer's gradients during the backward pass, whose NCCL
+// kernels hold SMs that the cooperative layernorm_backward launches wait for; and updating the
+// slice in parts, each broadcast while the next is updated.)
+// comm_marks: 6 timing events around the three waits for communication (the gradients, the
+// norm's partials, the parameters), or NULL.
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float max_norm, cudaEvent_t* comm_marks = NULL) {
     const Comm* comm = &g_comm;
     const ZeroShard* shard = &model->shard;
     auto marks = [&](int wait) { return comm_marks != NULL ? comm_marks + 2 * wait : NULL; };
-    gpt2_wait_for_comm(model, marks(0));  // every bucket is added and at its owner
+    if (comm->world > 1) {
+        size_t owned = shard->end - shard->begin;
+        stream_waits(comm->stream, 0, model->comm_joined);
+        comm_send_slices_to_owners(comm, model->grads_memory, model->num_parameters, model->received);
+        if (owned > 0) { ordered_sum(model->grads_memory + shard->begin, model->received, owned, owned, comm); }
+        gpt2_wait_for_comm(model, marks(0));
+    }
     grad_norm_partials(model->norm_partials, model->grads_memory, model->num_parameters, shard->first_chunk,
                        shard->end_chunk);
     if (comm->world > 1) {
@@ -2532,9 +2494,7 @@ static void gpt2_free(GPT2* model) {
                         model->micro_grads_memory, model->received, model->norm_partials, model->loss_shares,
                         model->acts_memory, model->reduce_partials, model->step_stats};
     for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
-    for (cudaEvent_t event : {model->bucket_main, model->bucket_side, model->comm_joined}) {
-        cudaCheck(cudaEventDestroy(event));
-    }
+    cudaCheck(cudaEventDestroy(model->comm_joined));
     int* int_buffers[] = {model->inputs,         model->targets,       model->bucket_tokens, model->bucket_starts,
                           model->bucket_positions, model->bucket_groups, model->group_bounds,
                           (int*)model->group_counters};
@@ -3216,11 +3176,12 @@ static void run_step(Run* run, int step) {
     gpt2_reset_loss(model);
     for (int micro = 0; micro < run->micro_steps; micro++) {
         if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(&run->train_loader); }
-        gpt2_begin_micro_step(model, micro, run->micro_steps);
+        gpt2_begin_micro_step(model, micro);
         gpt2_forward(model, run->train_loader.inputs, run->train_loader.targets, r->B, r->T,
                      1.0f / r->micro_batches, true);
         cudaCheck(cudaEventRecord(marks[2 * micro + 1]));
         gpt2_backward(model);
+        gpt2_end_micro_step(model);
         cudaCheck(cudaEventRecord(marks[2 * micro + 2]));
     }
     std::vector<cudaEvent_t>& comm_marks = run->phases.comm_marks[slot];

@@ -124,32 +124,34 @@ static void comm_all_gather(const Comm* comm, float* buffer, size_t count) {
 #endif
 }
 
-// Every rank sends its values of the pieces it does not own to their owners; an owner receives
-// rank i's values of its own pieces, packed in piece order, at staging + zero_sender_slot(i) * owned
-// (owned: the floats of the pieces it owns).
+// Every rank sends its values of each other rank's slice of data (num_parameters floats) to that
+// rank; the owner receives rank i's values of its own slice at received + zero_sender_slot(i) *
+// (its slice's floats). In messages of at most COMM_MESSAGE_FLOATS, which NCCL spreads over its
+// channels (one 3 GB message per peer measured 2.5x slower on 2 H200s).
+static const size_t COMM_MESSAGE_FLOATS = (size_t)1 << 24;
 
-static void comm_send_to_owners(const Comm* comm, const float* data, const std::vector<ZeroRange>& pieces,
-                                float* staging, size_t owned) {
+static void comm_send_slices_to_owners(const Comm* comm, const float* data, size_t num_parameters, float* received) {
     if (comm->world == 1) { return; }
 #ifdef USE_NCCL
+    ZeroShard mine = zero_shard(num_parameters, comm->rank, comm->world);
+    size_t owned = mine.end - mine.begin;
     ncclCheck(ncclGroupStart());
-    size_t offset = 0;  // into this rank's owned floats
-    for (const ZeroRange& p : pieces) {
-        size_t count = p.end - p.begin;
-        if (p.owner != comm->rank) {
-            ncclCheck(ncclSend(data + p.begin, count, ncclFloat, p.owner, comm->nccl, comm->stream));
-            continue;
+    for (int other = 0; other < comm->world; other++) {
+        if (other == comm->rank) { continue; }
+        ZeroShard theirs = zero_shard(num_parameters, other, comm->world);
+        for (size_t begin = theirs.begin; begin < theirs.end; begin += COMM_MESSAGE_FLOATS) {
+            size_t count = std::min(COMM_MESSAGE_FLOATS, theirs.end - begin);
+            ncclCheck(ncclSend(data + begin, count, ncclFloat, other, comm->nccl, comm->stream));
         }
-        for (int sender = 0; sender < comm->world; sender++) {
-            if (sender == comm->rank) { continue; }
-            float* slot = staging + zero_sender_slot(sender, comm->rank) * owned + offset;
-            ncclCheck(ncclRecv(slot, count, ncclFloat, sender, comm->nccl, comm->stream));
+        float* slot = received + zero_sender_slot(other, comm->rank) * owned;
+        for (size_t offset = 0; offset < owned; offset += COMM_MESSAGE_FLOATS) {
+            size_t count = std::min(COMM_MESSAGE_FLOATS, owned - offset);
+            ncclCheck(ncclRecv(slot + offset, count, ncclFloat, other, comm->nccl, comm->stream));
         }
-        offset += count;
     }
     ncclCheck(ncclGroupEnd());
 #else
-    (void)data, (void)pieces, (void)staging, (void)owned;
+    (void)data, (void)num_parameters, (void)received;
 #endif
 }
 

@@ -1,6 +1,7 @@
 // ZeRO-1 arithmetic for data-parallel training: which rank owns which parameters, the chunks of
-// the gradient norm, the buckets of gradients reduced during the backward pass, and the
-// rank-ordered sum that makes N GPUs bit-identical to N micro-steps on one. Offsets only: no GPU.
+// the gradient norm, where an owner receives the other ranks' gradients, the rank-ordered sum
+// that makes N GPUs bit-identical to N micro-steps on one, and the split of a total batch into
+// micro-steps. Offsets only: no GPU.
 //
 // The flat parameter vector (P floats, the model file's order) is cut into chunks of ZERO_CHUNK
 // floats; rank r owns the contiguous chunks [r*cpr, (r+1)*cpr) where cpr = ceil(chunks / world),
@@ -17,17 +18,11 @@
 
 static const size_t ZERO_CHUNK = 32768;  // floats: the unit of ownership and of the norm's partial sums
 
-struct ZeroRange {
-    size_t begin, end;  // [begin, end) in floats of the flat parameter vector
-    int owner;          // the rank that owns it (ranges split by zero_split_by_owner)
-};
-
 struct ZeroShard {
     size_t num_chunks;       // ceil(P / ZERO_CHUNK)
     size_t chunks_per_rank;  // cpr
     size_t first_chunk, end_chunk;  // this rank's chunks
     size_t begin, end;       // this rank's parameters [begin, end)
-    size_t padded;           // world * cpr * ZERO_CHUNK: floats the all-gather of parameters spans
 };
 
 static inline size_t zero_div_up(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -40,7 +35,6 @@ static inline ZeroShard zero_shard(size_t num_parameters, int rank, int world) {
     s.end_chunk = std::min(s.num_chunks, s.first_chunk + s.chunks_per_rank);
     s.begin = std::min(num_parameters, s.first_chunk * ZERO_CHUNK);
     s.end = std::min(num_parameters, s.end_chunk * ZERO_CHUNK);
-    s.padded = (size_t)world * s.chunks_per_rank * ZERO_CHUNK;
     return s;
 }
 
@@ -55,50 +49,6 @@ static inline int64_t zero_micro_batches(int64_t total_tokens, int64_t micro_tok
 // The owner of parameter i.
 static inline int zero_owner(size_t i, size_t num_parameters, int world) {
     return (int)(i / ZERO_CHUNK / zero_shard(num_parameters, 0, world).chunks_per_rank);
-}
-
-// The ranges of bucket b over tensors of `sizes` (num_tensors, in flat order): for b < L, layer
-// b's slice of every tensor marked per_layer (each such tensor holds L equal slices); for b == L,
-// the whole of every other tensor. Buckets L-1 down to 0 complete in the backward pass in that
-// order, bucket L last.
-static inline std::vector<ZeroRange> zero_bucket(const size_t* sizes, const bool* per_layer, int num_tensors,
-                                                 int L, int b) {
-    std::vector<ZeroRange> ranges;
-    size_t offset = 0;
-    for (int t = 0; t < num_tensors; t++) {
-        if (per_layer[t] && b < L) {
-            size_t slice = sizes[t] / L;
-            ranges.push_back({offset + (size_t)b * slice, offset + (size_t)(b + 1) * slice, -1});
-        } else if (!per_layer[t] && b == L) {
-            ranges.push_back({offset, offset + sizes[t], -1});
-        }
-        offset += sizes[t];
-    }
-    return ranges;
-}
-
-// The ranges cut at the owners' slice boundaries, each piece labelled with its owner; empty
-// pieces dropped.
-static inline std::vector<ZeroRange> zero_split_by_owner(const std::vector<ZeroRange>& ranges, size_t num_parameters,
-                                                         int world) {
-    std::vector<ZeroRange> pieces;
-    for (const ZeroRange& r : ranges) {
-        size_t begin = r.begin;
-        while (begin < r.end) {
-            int owner = zero_owner(begin, num_parameters, world);
-            size_t end = std::min(r.end, zero_shard(num_parameters, owner, world).end);
-            pieces.push_back({begin, end, owner});
-            begin = end;
-        }
-    }
-    return pieces;
-}
-
-// Floats of `pieces` that `rank` owns.
-static inline size_t zero_owned_floats(const std::vector<ZeroRange>& pieces, int rank) {
-    size_t total = 0;
-    for (const ZeroRange& p : pieces) { total += p.owner == rank ? p.end - p.begin : 0; }
-    return total;
 }
 
 #ifdef __CUDACC__

@@ -34,6 +34,7 @@ check() {  # check NAME COMMAND...: the command must succeed
 numbers() { grep -E '^step|^weights checksum' "$1" | awk -F'|' '{print $1 $2 $3 $4}'; }
 numbers_from() { numbers "$1" | awk -v first="$2" '/^step/ { n = $0; sub(/^step +/, "", n); if (n + 0 < first) next } { print }'; }
 same_numbers() { [ -n "$(numbers "$1")" ] && diff <(numbers "$1") <(numbers "$2") > /dev/null; }
+same_or_show() { same_numbers "$1" "$2" || { grep -iE "error|step +12/" "$2" | tail -n 5 | sed 's/^/      /'; return 1; }; }
 fails_with() {  # fails_with FRAGMENT COMMAND...: the command must exit non-zero, saying FRAGMENT
   local fragment=$1 out
   shift
@@ -87,7 +88,7 @@ two_ranks "$work/filerdv.log" "" $flags -x 12 -d 2048 --rendezvous-dir "$work/rd
 check "file rendezvous: bit for bit" same_numbers "$work/one_softmax.log" "$work/filerdv.log"
 if command -v torchrun > /dev/null; then
   torchrun --standalone --nproc_per_node 2 --no-python ./train_gpt2_fp32 $flags -x 12 -d 2048 > "$work/torchrun_real.log" 2>&1
-  check "torchrun --nproc_per_node 2: bit for bit" same_numbers "$work/one_softmax.log" "$work/torchrun_real.log"
+  check "torchrun --nproc_per_node 2: bit for bit" same_or_show "$work/one_softmax.log" "$work/torchrun_real.log"
 else
   echo "SKIPPED (no torchrun): torchrun --nproc_per_node 2"
 fi
