@@ -24,7 +24,9 @@
 #include <utility>
 #include <vector>
 
+#include "llmc/json.h"
 #include "llmc/unicode_tables.h"
+#include "llmc/utf8.h"
 #include "llmc/utils.h"
 
 constexpr int32_t kTokenizerBinMagic = 20240328;
@@ -43,45 +45,6 @@ struct Tokenizer {
     size_t max_token_len = 0;
     uint64_t serial = 0;                  // tells the per-thread BPE memos which tokenizer they hold
 };
-
-// ----------------------------------------------------------------------------
-// UTF-8 well-formedness (Unicode Table 3-7)
-
-// What a lead byte starts: the sequence length (0: it cannot start one) and the
-// allowed range of the second byte (later bytes are plain continuations 0x80-0xBF).
-struct Utf8Lead {
-    uint8_t length, second_min, second_max;
-};
-
-inline Utf8Lead utf8_lead(uint8_t b) {
-    if (b < 0x80) { return {1, 0, 0}; }
-    if (b < 0xC2) { return {0, 0, 0}; }
-    if (b < 0xE0) { return {2, 0x80, 0xBF}; }
-    if (b == 0xE0) { return {3, 0xA0, 0xBF}; }  // no overlongs
-    if (b == 0xED) { return {3, 0x80, 0x9F}; }  // no surrogates
-    if (b < 0xF0) { return {3, 0x80, 0xBF}; }
-    if (b == 0xF0) { return {4, 0x90, 0xBF}; }  // no overlongs
-    if (b < 0xF4) { return {4, 0x80, 0xBF}; }
-    if (b == 0xF4) { return {4, 0x80, 0x8F}; }  // nothing above U+10FFFF
-    return {0, 0, 0};
-}
-
-// How many of the `avail` bytes at s (s[0] a lead of length > 0) form a well-formed
-// prefix of its sequence: lead.length when complete, less when cut short or broken.
-inline size_t utf8_valid_prefix(const uint8_t* s, size_t avail, Utf8Lead lead) {
-    if (lead.length == 1 || avail < 2 || s[1] < lead.second_min || s[1] > lead.second_max) { return 1; }
-    size_t k = 2;
-    while (k < lead.length && k < avail && (s[k] & 0xC0) == 0x80) { k++; }
-    return k;
-}
-
-// The code point of a well-formed sequence of `length` bytes.
-inline uint32_t utf8_code_point(const uint8_t* s, size_t length) {
-    static const uint8_t kLeadMask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
-    uint32_t cp = s[0] & kLeadMask[length];
-    for (size_t i = 1; i < length; i++) { cp = (cp << 6) | (s[i] & 0x3F); }
-    return cp;
-}
 
 // ----------------------------------------------------------------------------
 // Character classes of the pre-tokenizer
@@ -533,138 +496,60 @@ inline int gpt2_alphabet_byte(uint32_t cp) {
     return cp < byte_of_char.size() ? byte_of_char[cp] : -1;
 }
 
-// A position in a JSON text; errors name the file and the byte offset.
-struct JsonCursor {
-    const char* path;
-    const uint8_t* data;
-    size_t size, pos;
-};
-
-[[noreturn]] inline void json_fail(const JsonCursor& c, const char* problem) {
-    fail("%s: bad JSON at byte %zu: %s", c.path, c.pos, problem);
+// Fails with "PATH: bad JSON at byte N: problem" unless the JSON step went well.
+inline void encoder_json_check(bool ok, const JsonCursor& c, const char* path) {
+    if (!ok) { fail("%s: bad JSON at byte %zu: %s", path, c.error_pos, c.problem); }
 }
 
-inline bool is_json_space(uint8_t b) { return b == ' ' || b == '\t' || b == '\r' || b == '\n'; }
-
-inline void json_skip_space(JsonCursor* c) {
-    while (c->pos < c->size && is_json_space(c->data[c->pos])) { c->pos++; }
-}
-
-// Skips space, then consumes `ch` or fails.
-inline void json_expect(JsonCursor* c, char ch) {
-    json_skip_space(c);
-    if (c->pos >= c->size || c->data[c->pos] != (uint8_t)ch) {
-        char problem[32];
-        snprintf(problem, sizeof(problem), "expected '%c'", ch);
-        json_fail(*c, problem);
-    }
-    c->pos++;
-}
-
-inline uint32_t json_hex4(JsonCursor* c) {
-    if (c->pos + 4 > c->size) { json_fail(*c, "truncated \\u escape"); }
-    uint32_t value = 0;
-    for (int i = 0; i < 4; i++) {
-        uint8_t h = c->data[c->pos++];
-        int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-        if (digit < 0) { json_fail(*c, "bad hex digit in \\u escape"); }
-        value = value * 16 + (uint32_t)digit;
-    }
-    return value;
-}
-
-// One escape after a backslash, as a code point (a surrogate pair joined into one).
-inline uint32_t json_escape(JsonCursor* c) {
-    if (c->pos >= c->size) { json_fail(*c, "unterminated string"); }
-    uint8_t e = c->data[c->pos++];
-    switch (e) {
-        case '"': case '\\': case '/': return e;
-        case 'b': return '\b';
-        case 'f': return '\f';
-        case 'n': return '\n';
-        case 'r': return '\r';
-        case 't': return '\t';
-        case 'u': break;
-        default: c->pos--; json_fail(*c, "bad escape");
-    }
-    uint32_t cp = json_hex4(c);
-    bool high_surrogate = cp >= 0xD800 && cp < 0xDC00;
-    if (high_surrogate && c->pos + 1 < c->size && c->data[c->pos] == '\\' && c->data[c->pos + 1] == 'u') {
-        size_t saved = c->pos;
-        c->pos += 2;
-        uint32_t low = json_hex4(c);
-        if (low >= 0xDC00 && low < 0xE000) { return 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00); }
-        c->pos = saved;
-    }
-    return cp;
-}
-
-// A JSON string (after skipping space), as the code points it holds.
-inline void json_string(JsonCursor* c, std::vector<uint32_t>* code_points) {
-    json_expect(c, '"');
-    code_points->clear();
-    while (true) {
-        if (c->pos >= c->size) { json_fail(*c, "unterminated string"); }
-        uint8_t b = c->data[c->pos];
-        if (b == '"') { break; }
-        if (b < 0x20) { json_fail(*c, "control character in string"); }
-        if (b == '\\') {
-            c->pos++;
-            code_points->push_back(json_escape(c));
-            continue;
-        }
-        Utf8Lead lead = utf8_lead(b);
-        if (lead.length == 0 || utf8_valid_prefix(c->data + c->pos, c->size - c->pos, lead) < lead.length) {
-            json_fail(*c, "invalid UTF-8");
-        }
-        code_points->push_back(utf8_code_point(c->data + c->pos, lead.length));
-        c->pos += lead.length;
-    }
-    c->pos++;
-}
-
-// A non-negative integer below 2^31 (after skipping space).
-inline uint32_t json_uint(JsonCursor* c) {
-    json_skip_space(c);
+// A token's id: a non-negative integer below 2^31 (after skipping space).
+inline uint32_t encoder_json_id(JsonCursor* c, const char* path) {
+    int next = json_peek(c);
     size_t start = c->pos;
-    uint64_t value = 0;
-    while (c->pos < c->size && c->data[c->pos] >= '0' && c->data[c->pos] <= '9') {
-        value = value * 10 + (c->data[c->pos++] - '0');
-        if (value > INT32_MAX) { c->pos = start; json_fail(*c, "id too large"); }
+    JsonNumber id = {};
+    bool ok = next >= '0' && next <= '9' ? json_number(c, &id) : json_error(c, "expected a non-negative integer id");
+    if (ok && !id.is_integer) { ok = json_error_at(c, start, "expected a non-negative integer id"); }
+    if (ok && id.integer > INT32_MAX) { ok = json_error_at(c, start, "id too large"); }
+    encoder_json_check(ok, *c, path);
+    return (uint32_t)id.integer;
+}
+
+// A token string's bytes: each character (UTF-8) of `text` stands for one byte in GPT-2's alphabet.
+inline void gpt2_token_bytes(const std::string& text, const char* path, size_t entry_pos, std::string* bytes) {
+    const uint8_t* s = (const uint8_t*)text.data();
+    bytes->clear();
+    for (size_t pos = 0; pos < text.size();) {
+        size_t len = utf8_sequence_length(s + pos, text.size() - pos);  // the JSON reader made it well-formed
+        uint32_t cp = utf8_code_point(s + pos, len);
+        int b = gpt2_alphabet_byte(cp);
+        if (b < 0) { fail("%s: token string at byte %zu has U+%04X, not in GPT-2's byte alphabet", path, entry_pos, cp); }
+        bytes->push_back((char)b);
+        pos += len;
     }
-    if (c->pos == start) { json_fail(*c, "expected a non-negative integer id"); }
-    return (uint32_t)value;
 }
 
 // encoder.json: {"token string": id, ...} with ids 0..N-1 each once and token strings
-// in GPT-2's byte alphabet; the end-of-text token is the entry "<|endoftext|>".
+// in GPT-2's byte alphabet; the end-of-text token is the entry "<|endoftext|>". Read
+// with llmc/json.h's cursor, entry by entry, so errors can name each entry's byte offset.
 inline void load_tokenizer_json(Tokenizer* tok, const char* path, const std::vector<uint8_t>& data) {
     const char* kEot = "<|endoftext|>";
-    JsonCursor c = {path, data.data(), data.size(), 0};
+    JsonCursor c = json_cursor(data.data(), data.size());
     std::vector<std::pair<uint32_t, std::string>> entries;  // (id, token bytes)
-    std::vector<uint32_t> code_points;
-    json_expect(&c, '{');
-    json_skip_space(&c);
-    bool empty = c.pos < c.size && c.data[c.pos] == '}';
+    std::string text, bytes;
+    encoder_json_check(json_expect(&c, '{'), c, path);
+    bool empty = json_peek(&c) == '}';
     while (!empty) {
         size_t entry_pos = c.pos;
-        json_string(&c, &code_points);
-        std::string bytes;
-        for (uint32_t cp : code_points) {
-            int b = gpt2_alphabet_byte(cp);
-            if (b < 0) { fail("%s: token string at byte %zu has U+%04X, not in GPT-2's byte alphabet", path, entry_pos, cp); }
-            bytes.push_back((char)b);
-        }
-        json_expect(&c, ':');
-        entries.emplace_back(json_uint(&c), bytes);
-        json_skip_space(&c);
-        if (c.pos < c.size && c.data[c.pos] == '}') { break; }
-        if (c.pos >= c.size || c.data[c.pos] != ',') { json_fail(c, "expected ',' or '}'"); }
+        encoder_json_check(json_string(&c, &text), c, path);
+        gpt2_token_bytes(text, path, entry_pos, &bytes);
+        encoder_json_check(json_expect(&c, ':'), c, path);
+        entries.emplace_back(encoder_json_id(&c, path), bytes);
+        int next = json_peek(&c);
+        if (next == '}') { break; }
+        encoder_json_check(next == ',' || json_error(&c, "expected ',' or '}'"), c, path);
         c.pos++;
     }
-    json_expect(&c, '}');
-    json_skip_space(&c);
-    if (c.pos != c.size) { json_fail(c, "unexpected text after the object"); }
+    encoder_json_check(json_expect(&c, '}'), c, path);
+    encoder_json_check(json_peek(&c) == -1 || json_error(&c, "unexpected text after the object"), c, path);
     if (entries.empty()) { fail("%s: the vocabulary is empty", path); }
     std::vector<std::string> tokens(entries.size());
     std::vector<bool> seen(entries.size(), false);
