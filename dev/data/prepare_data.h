@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "llmc/dataloader.h"
+#include "llmc/json.h"
 #include "llmc/tokenizer.h"
 #include "llmc/utils.h"
 
@@ -29,7 +30,8 @@ struct PrepareOptions {
     bool force = false;               // replace existing outputs
     bool verbose = true;              // progress line on stderr, written files on stdout
     int64_t shard_size = 100000000;   // tokens per shard (shards mode)
-    std::string out_prefix;           // shards mode: OUT_PREFIX_val_000000.bin, OUT_PREFIX_train_000001.bin, ...
+    std::string out_prefix;           // shards mode: OUT_PREFIX_val_000000.bin, OUT_PREFIX_train_000001.bin, ...;
+                                      // tinyshakespeare mode (prepare_data.cpp): the output directory
     std::vector<std::string> inputs;  // shards mode: directories, .txt and .jsonl files
 };
 
@@ -39,12 +41,16 @@ struct PrepareOptions {
 // ---------------------------------------------------------------------------------
 // Small helpers.
 
+// Reads to the end, so that pipes (whose size is 0) work too: encode <(echo hello).
 static inline std::string read_whole_file(const char* path) {
-    int64_t bytes = file_size(path);
-    if (bytes < 0) { fail("cannot open %s: %s", path, strerror(errno)); }
-    std::string text((size_t)bytes, '\0');
     FILE* f = fopen_or_fail(path, "rb");
-    fread_or_fail(&text[0], 1, text.size(), f, path);
+    int64_t bytes = file_size(path);
+    std::string text(bytes > 0 ? (size_t)bytes : 0, '\0');
+    text.resize(fread(&text[0], 1, text.size(), f));
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) { text.append(buf, n); }
+    if (ferror(f)) { fail("%s: read failed: %s", path, strerror(errno)); }
     fclose(f);
     return text;
 }
@@ -61,215 +67,26 @@ static inline double seconds_now(void) {
 }
 
 // ---------------------------------------------------------------------------------
-// JSON Lines: the "text" string of one line's object.
-
-struct JsonlCursor {
-    const char* start;  // beginning of the line, for error columns
-    const char* p;
-    const char* end;
-    const char* error;  // first problem found, or NULL
-};
-
-static inline bool jsonl_error(JsonlCursor* c, const char* message) {
-    if (c->error == NULL) { c->error = message; }
-    return false;
-}
-
-static inline bool jsonl_is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
-
-static inline void jsonl_skip_space(JsonlCursor* c) {
-    while (c->p < c->end && jsonl_is_space(*c->p)) { c->p++; }
-}
-
-static inline bool jsonl_consume(JsonlCursor* c, char expected) {
-    jsonl_skip_space(c);
-    if (c->p < c->end && *c->p == expected) {
-        c->p++;
-        return true;
-    }
-    return false;
-}
-
-static inline void jsonl_append_utf8(std::string* out, uint32_t cp) {
-    if (cp < 0x80) {
-        out->push_back((char)cp);
-    } else if (cp < 0x800) {
-        out->push_back((char)(0xC0 | (cp >> 6)));
-        out->push_back((char)(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out->push_back((char)(0xE0 | (cp >> 12)));
-        out->push_back((char)(0x80 | ((cp >> 6) & 0x3F)));
-        out->push_back((char)(0x80 | (cp & 0x3F)));
-    } else {
-        out->push_back((char)(0xF0 | (cp >> 18)));
-        out->push_back((char)(0x80 | ((cp >> 12) & 0x3F)));
-        out->push_back((char)(0x80 | ((cp >> 6) & 0x3F)));
-        out->push_back((char)(0x80 | (cp & 0x3F)));
-    }
-}
-
-// The 4 hex digits after "\u".
-static inline bool jsonl_hex4(JsonlCursor* c, uint32_t* value) {
-    if (c->end - c->p < 4) { return jsonl_error(c, "truncated \\u escape"); }
-    *value = 0;
-    for (int i = 0; i < 4; i++) {
-        char h = *c->p++;
-        uint32_t digit;
-        if (h >= '0' && h <= '9') { digit = (uint32_t)(h - '0'); }
-        else if (h >= 'a' && h <= 'f') { digit = (uint32_t)(h - 'a' + 10); }
-        else if (h >= 'A' && h <= 'F') { digit = (uint32_t)(h - 'A' + 10); }
-        else { return jsonl_error(c, "bad hex digit in \\u escape"); }
-        *value = *value * 16 + digit;
-    }
-    return true;
-}
-
-// A \uXXXX escape (the cursor is after "\u"), joining a UTF-16 surrogate pair.
-static inline bool jsonl_unicode_escape(JsonlCursor* c, std::string* out) {
-    uint32_t cp;
-    if (!jsonl_hex4(c, &cp)) { return false; }
-    if (cp >= 0xDC00 && cp <= 0xDFFF) { return jsonl_error(c, "unpaired low surrogate in \\u escape"); }
-    if (cp >= 0xD800 && cp <= 0xDBFF) {
-        uint32_t low;
-        if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != 'u') {
-            return jsonl_error(c, "unpaired high surrogate in \\u escape");
-        }
-        c->p += 2;
-        if (!jsonl_hex4(c, &low)) { return false; }
-        if (low < 0xDC00 || low > 0xDFFF) { return jsonl_error(c, "unpaired high surrogate in \\u escape"); }
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-    }
-    if (out != NULL) { jsonl_append_utf8(out, cp); }
-    return true;
-}
-
-// A string at the cursor, unescaped into `out` (NULL: just skipped).
-static inline bool jsonl_string(JsonlCursor* c, std::string* out) {
-    if (!jsonl_consume(c, '"')) { return jsonl_error(c, "expected a string"); }
-    if (out != NULL) { out->clear(); }
-    while (c->p < c->end) {
-        const char* run = c->p;
-        while (c->p < c->end && *c->p != '"' && *c->p != '\\' && (unsigned char)*c->p >= 0x20) { c->p++; }
-        if (out != NULL) { out->append(run, (size_t)(c->p - run)); }
-        if (c->p == c->end) { break; }
-        char ch = *c->p++;
-        if (ch == '"') { return true; }
-        if (ch != '\\') { return jsonl_error(c, "control character inside a string"); }
-        if (c->p == c->end) { break; }
-        char escape = *c->p++;
-        char plain;
-        switch (escape) {
-            case '"': plain = '"'; break;
-            case '\\': plain = '\\'; break;
-            case '/': plain = '/'; break;
-            case 'b': plain = '\b'; break;
-            case 'f': plain = '\f'; break;
-            case 'n': plain = '\n'; break;
-            case 'r': plain = '\r'; break;
-            case 't': plain = '\t'; break;
-            case 'u':
-                if (!jsonl_unicode_escape(c, out)) { return false; }
-                continue;
-            default: return jsonl_error(c, "bad escape in a string");
-        }
-        if (out != NULL) { out->push_back(plain); }
-    }
-    return jsonl_error(c, "unterminated string");
-}
-
-static inline bool jsonl_digits(JsonlCursor* c) {
-    const char* first = c->p;
-    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') { c->p++; }
-    return c->p > first;
-}
-
-// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
-static inline bool jsonl_number(JsonlCursor* c) {
-    if (c->p < c->end && *c->p == '-') { c->p++; }
-    if (c->p < c->end && *c->p == '0') {
-        c->p++;
-    } else if (!jsonl_digits(c)) {
-        return jsonl_error(c, "bad number");
-    }
-    if (c->p < c->end && *c->p == '.') {
-        c->p++;
-        if (!jsonl_digits(c)) { return jsonl_error(c, "bad number"); }
-    }
-    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
-        c->p++;
-        if (c->p < c->end && (*c->p == '+' || *c->p == '-')) { c->p++; }
-        if (!jsonl_digits(c)) { return jsonl_error(c, "bad number"); }
-    }
-    return true;
-}
-
-static inline bool jsonl_literal(JsonlCursor* c, const char* word) {
-    size_t n = strlen(word);
-    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) { return jsonl_error(c, "unexpected character"); }
-    c->p += n;
-    return true;
-}
-
-static inline bool jsonl_skip_value(JsonlCursor* c, int depth);
-
-// The members of an object or elements of an array, after its opening bracket.
-// For an object, `on_member` sees each key and then parses or skips its value.
-static inline bool jsonl_container(JsonlCursor* c, char close, int depth,
-                                  const std::function<bool(const std::string&)>& on_member) {
-    if (jsonl_consume(c, close)) { return true; }
-    std::string key;
-    do {
-        if (close == '}') {
-            if (!jsonl_string(c, &key)) { return false; }
-            if (!jsonl_consume(c, ':')) { return jsonl_error(c, "expected ':' after an object key"); }
-            if (!on_member(key)) { return false; }
-        } else if (!jsonl_skip_value(c, depth)) {
-            return false;
-        }
-    } while (jsonl_consume(c, ','));
-    if (!jsonl_consume(c, close)) {
-        return jsonl_error(c, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
-    }
-    return true;
-}
-
-// Skips any value, nested at most 256 deep.
-static inline bool jsonl_skip_value(JsonlCursor* c, int depth) {
-    if (depth > 256) { return jsonl_error(c, "nested too deeply"); }
-    jsonl_skip_space(c);
-    if (c->p == c->end) { return jsonl_error(c, "expected a value"); }
-    auto skip_member = [&](const std::string&) { return jsonl_skip_value(c, depth + 1); };
-    switch (*c->p) {
-        case '"': return jsonl_string(c, NULL);
-        case '{': c->p++; return jsonl_container(c, '}', depth + 1, skip_member);
-        case '[': c->p++; return jsonl_container(c, ']', depth + 1, skip_member);
-        case 't': return jsonl_literal(c, "true");
-        case 'f': return jsonl_literal(c, "false");
-        case 'n': return jsonl_literal(c, "null");
-        default: return jsonl_number(c);
-    }
-}
+// JSON Lines: the "text" string of one line's object (read with llmc/json.h).
 
 // Extracts the "text" string of the JSON object on one line (the last one if repeated).
 // On failure returns false with `error` describing the problem and its column.
 static inline bool parse_jsonl_text(const char* line, size_t len, std::string* text, std::string* error) {
-    JsonlCursor c = {line, line, line + len, NULL};
+    JsonCursor c = json_cursor(line, len);
     bool found = false;
-    auto on_member = [&](const std::string& key) {
-        if (key != "text") { return jsonl_skip_value(&c, 1); }
-        jsonl_skip_space(&c);
-        if (c.p == c.end || *c.p != '"') { return jsonl_error(&c, "the \"text\" field is not a string"); }
+    auto member = [&](const std::string& key) {
+        if (key != "text") { return json_value(&c, NULL, 1); }
+        if (json_peek(&c) != '"') { return json_error(&c, "the \"text\" field is not a string"); }
         found = true;
-        return jsonl_string(&c, text);
+        return json_string(&c, text);
     };
-    bool ok = jsonl_consume(&c, '{') ? jsonl_container(&c, '}', 1, on_member) : jsonl_error(&c, "expected an object");
-    if (ok) { jsonl_skip_space(&c); }
-    if (ok && c.p != c.end) { ok = jsonl_error(&c, "unexpected characters after the object"); }
-    if (ok && !found) { ok = jsonl_error(&c, "the object has no \"text\" field"); }
+    bool ok = json_peek(&c) == '{' ? json_object(&c, 0, member) : json_error(&c, "expected an object");
+    if (ok && json_peek(&c) != -1) { ok = json_error(&c, "unexpected characters after the object"); }
+    if (ok && !found) { ok = json_error(&c, "the object has no \"text\" field"); }
     if (!ok) {
         char where[64];
-        snprintf(where, sizeof(where), " (column %lld)", (long long)(c.p - c.start) + 1);
-        *error = std::string(c.error) + where;
+        snprintf(where, sizeof(where), " (column %zu)", c.error_pos + 1);
+        *error = std::string(c.problem) + where;
     }
     return ok;
 }
@@ -332,7 +149,7 @@ static inline bool next_jsonl_document(DocumentReader* reader, std::string* doc)
         reader->line_number++;
         if (reader->line[len - 1] == '\n') { len--; }
         const char* line = reader->line;
-        if (std::all_of(line, line + len, jsonl_is_space)) { continue; }
+        if (std::all_of(line, line + len, [](char ch) { return is_json_space((uint8_t)ch); })) { continue; }
         std::string error;
         if (!parse_jsonl_text(line, (size_t)len, doc, &error)) {
             fail("%s:%lld: bad JSON line: %s", reader->jsonl_path.c_str(), (long long)reader->line_number,

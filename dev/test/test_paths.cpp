@@ -1,0 +1,190 @@
+// Tests of llmc/paths.h (finding the bundled files from any directory) and of ./prepare_data
+// run from directories other than the repository root. Run from any directory, after
+// ./prepare_data is built: build/test_paths [name filter]. The repository root is the
+// parent of this binary's directory (build/).
+#include <filesystem>
+
+#include "dev/test/files.h"
+#include "dev/test/sha256.h"
+#include "dev/test/testing.h"
+#include "llmc/paths.h"
+
+#define ENCODER_PATH "dev/data/gpt2_encoder.json"
+#define TINYSHAKESPEARE_TEXT "dev/data/tiny_shakespeare.txt"
+
+#ifdef GPT2FP32_SOURCE_DIR
+static const char* const kSourceDir = GPT2FP32_SOURCE_DIR;
+#else
+static const char* const kSourceDir = NULL;
+#endif
+
+// ---------------------------------------------------------------------------------
+// Fixtures.
+
+
+static std::string repo_root(void) { return parent_dir(executable_dir()); }
+
+// Runs the enclosing scope in `dir`, then returns to the directory it started in.
+struct InDir {
+    std::string previous;
+    explicit InDir(const std::string& dir) {
+        previous = std::filesystem::current_path().string();
+        if (chdir(dir.c_str()) != 0) { fail("chdir %s: %s", dir.c_str(), strerror(errno)); }
+    }
+    ~InDir() {
+        if (chdir(previous.c_str()) != 0) { fail("chdir %s: %s", previous.c_str(), strerror(errno)); }
+    }
+};
+
+static std::string quoted(const std::string& text) { return "'" + text + "'"; }
+
+// Exit status of `command` run by the shell in `dir` (-1 if it did not exit normally).
+static int run_in(const std::string& dir, const std::string& command) {
+    int status = system(("cd " + quoted(dir) + " && " + command).c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static std::string prepare_data_binary(void) { return repo_root() + "/prepare_data"; }
+
+// ---------------------------------------------------------------------------------
+// find_bundled_file().
+
+TEST(explicit_path_is_used_as_given_and_must_exist) {
+    std::string dir = make_temp_dir("test_paths");
+    write_file(dir + "/my_vocab.json", "{}");
+    std::string given = dir + "/my_vocab.json";
+    CHECK(find_bundled_file(ENCODER_PATH, given.c_str(), "--vocab") == given);
+    {
+        InDir in(dir);
+        CHECK(find_bundled_file(ENCODER_PATH, "my_vocab.json", "--vocab") == "my_vocab.json");
+    }
+    std::string missing = dir + "/missing.json";
+    CHECK(expect_exit_failure([&]() { find_bundled_file(ENCODER_PATH, missing.c_str(), "--vocab"); },
+                              ("error: --vocab " + missing + ": No such file or directory\n").c_str()));
+    CHECK(expect_exit_failure([&]() { find_bundled_file(ENCODER_PATH, dir.c_str(), "--tokenizer"); },
+                              ("error: --tokenizer " + dir + ": is a directory\n").c_str()));
+    remove_dir(dir);
+}
+
+TEST(found_relative_to_the_repository_root) {
+    InDir in(repo_root());
+    CHECK(find_bundled_file(ENCODER_PATH, NULL, "--vocab") == ENCODER_PATH);
+    CHECK(find_bundled_file(TINYSHAKESPEARE_TEXT, NULL, NULL) == TINYSHAKESPEARE_TEXT);
+}
+
+TEST(found_from_another_directory) {
+    std::string dir = make_temp_dir("test_paths");
+    std::string expected = repo_root() + "/" + ENCODER_PATH;
+    {
+        InDir in(dir);
+        CHECK(find_bundled_file(ENCODER_PATH, NULL, "--vocab") == expected);
+        std::string text = find_bundled_file(TINYSHAKESPEARE_TEXT, NULL, NULL);
+        CHECK(text == repo_root() + "/" + TINYSHAKESPEARE_TEXT);
+        CHECK(read_file(text).size() == 1115394);
+        // A copy under the current directory comes first.
+        std::filesystem::create_directories("dev/data");
+        write_file("dev/data/gpt2_encoder.json", "{}");
+        CHECK(find_bundled_file(ENCODER_PATH, NULL, "--vocab") == ENCODER_PATH);
+    }
+    remove_dir(dir);
+}
+
+TEST(search_order_is_cwd_executable_dirs_then_source_dir) {
+    CHECK(kSourceDir != NULL);  // the Makefile passes -DGPT2FP32_SOURCE_DIR
+    std::string dir = make_temp_dir("test_paths");
+    std::string exe = std::filesystem::canonical("/proc/self/exe").parent_path().string();
+    std::vector<std::string> expected = {dir, exe, parent_dir(exe), parent_dir(parent_dir(exe))};
+    if (kSourceDir != NULL && std::find(expected.begin(), expected.end(), kSourceDir) == expected.end()) {
+        expected.push_back(kSourceDir);
+    }
+    {
+        InDir in(dir);
+        CHECK(bundled_file_dirs() == expected);
+    }
+    CHECK(exe == repo_root() + "/build");
+    CHECK(kSourceDir != NULL && std::filesystem::equivalent(kSourceDir, repo_root()));
+    CHECK(parent_dir("/a/b") == "/a" && parent_dir("/a/b/") == "/a" && parent_dir("/a") == "/" && parent_dir("/") == "/");
+    CHECK(join_path("/", "x/y") == "/x/y" && join_path("/a", "x") == "/a/x" && join_path("/a", "/abs") == "/abs");
+    remove_dir(dir);
+}
+
+TEST(error_names_every_place_looked) {
+    std::string dir = make_temp_dir("test_paths");
+    const char* name = "dev/data/no_such_file.json";
+    std::string looked;
+    {
+        InDir in(dir);
+        for (const std::string& place : bundled_file_dirs()) { looked += (looked.empty() ? "" : ", ") + place + "/" + name; }
+    }
+    CHECK(looked.find(dir + "/" + name + ", " + repo_root() + "/build/" + name + ", " + repo_root() + "/" + name) == 0);
+    InDir in(dir);
+    CHECK(expect_exit_failure([&]() { find_bundled_file(name, NULL, "--vocab"); },
+                              ("error: cannot find " + std::string(name) + ": looked in " + looked +
+                               "; pass --vocab PATH\n").c_str()));
+    CHECK(expect_exit_failure([&]() { find_bundled_file(name, NULL, NULL); },
+                              ("error: cannot find " + std::string(name) + ": looked in " + looked + "\n").c_str()));
+    remove_dir(dir);
+}
+
+// ---------------------------------------------------------------------------------
+// ./prepare_data from other directories.
+
+TEST(prepare_data_encode_and_decode_from_another_directory) {
+    std::string dir = make_temp_dir("test_paths");
+    std::string bin = quoted(prepare_data_binary());
+    write_file(dir + "/hello.txt", "Hello world, caf\xc3\xa9!\n");
+    CHECK(run_in(repo_root(), "./prepare_data encode " + quoted(dir + "/hello.txt") + " > " + quoted(dir + "/root.ids")) == 0);
+    CHECK(run_in(dir, bin + " encode hello.txt > elsewhere.ids 2> elsewhere.err") == 0);
+    CHECK(read_file(dir + "/root.ids") == "15496 995 11 40304 0 198\n");
+    CHECK(read_file(dir + "/elsewhere.ids") == read_file(dir + "/root.ids"));
+    CHECK(read_file(dir + "/elsewhere.err").empty());
+    CHECK(run_in(dir, bin + " decode < elsewhere.ids > hello.out") == 0);
+    CHECK(read_file(dir + "/hello.out") == read_file(dir + "/hello.txt"));
+    CHECK(run_in(dir, "cat hello.txt | " + bin + " encode /dev/stdin > pipe.ids") == 0);  // a pipe has size 0
+    CHECK(read_file(dir + "/pipe.ids") == read_file(dir + "/root.ids"));
+    // --vocab anywhere after the mode.
+    std::string vocab = quoted(repo_root() + "/" + ENCODER_PATH);
+    CHECK(run_in(dir, bin + " encode --vocab " + vocab + " hello.txt > flag.ids") == 0);
+    CHECK(run_in(dir, bin + " encode hello.txt --vocab " + vocab + " > flag_after.ids") == 0);
+    CHECK(read_file(dir + "/flag.ids") == read_file(dir + "/root.ids"));
+    CHECK(read_file(dir + "/flag_after.ids") == read_file(dir + "/root.ids"));
+    CHECK(run_in(dir, bin + " decode --vocab missing.json < flag.ids > bad.out 2> bad.err") == 1);
+    CHECK(read_file(dir + "/bad.err") == "error: --vocab missing.json: No such file or directory\n");
+    CHECK(run_in(dir, bin + " encode hello.txt --vocab 2> usage.err") == 1);
+    CHECK(read_file(dir + "/usage.err").find("error: --vocab needs a PATH") != std::string::npos);
+    CHECK(run_in(dir, bin + " -h > help.txt") == 0);
+    CHECK(read_file(dir + "/help.txt").find("--vocab PATH") != std::string::npos);
+    remove_dir(dir);
+}
+
+// A copy of the binary outside the repository still finds the vocabulary through the
+// compiled-in source path.
+TEST(prepare_data_copy_outside_the_repository) {
+    std::string dir = make_temp_dir("test_paths");
+    std::filesystem::create_directories(dir + "/bin");
+    std::filesystem::create_directories(dir + "/work");
+    std::filesystem::copy_file(prepare_data_binary(), dir + "/bin/prepare_data");
+    write_file(dir + "/work/hello.txt", "Hello world");
+    CHECK(run_in(dir + "/work", "../bin/prepare_data encode hello.txt > hello.ids") == 0);
+    CHECK(read_file(dir + "/work/hello.ids") == "15496 995\n");
+    remove_dir(dir);
+}
+
+TEST(prepare_data_tinyshakespeare_from_another_directory) {
+    std::string dir = make_temp_dir("test_paths");
+    std::string bin = quoted(prepare_data_binary());
+    CHECK(run_in(dir, bin + " tinyshakespeare --threads 4 > written.txt 2> /dev/null") == 0);
+    std::string val = dir + "/dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+    std::string train = dir + "/dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+    CHECK(sha256_file(val.c_str()) == "fe99db720dc7c83e694806d4e047a952909411da1daccde4ccc2e55f40882a62");
+    CHECK(sha256_file(train.c_str()) == "8a70606be574040c26d225694f5f9759973b419852d22f7fe5c118e1b359dcc8");
+    CHECK(read_file(dir + "/written.txt").find("wrote dev/data/tinyshakespeare/tiny_shakespeare_val.bin") == 0);
+    CHECK(run_in(dir, bin + " tinyshakespeare -o out --threads 2 > /dev/null 2>&1") == 0);
+    CHECK(read_file(dir + "/out/tiny_shakespeare_val.bin") == read_file(val));
+    CHECK(read_file(dir + "/out/tiny_shakespeare_train.bin") == read_file(train));
+    CHECK(run_in(dir, bin + " tinyshakespeare -o out 2> exists.err") == 1);
+    CHECK(read_file(dir + "/exists.err") == "error: out/tiny_shakespeare_val.bin already exists (use --force to overwrite)\n");
+    remove_dir(dir);
+}
+
+TEST_MAIN()
