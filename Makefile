@@ -5,6 +5,8 @@
 #   make test         build, run the CPU tests and the GPU test (SKIPPED without a GPU)
 #   make data         prepare the tiny Shakespeare shards
 #   make test-124m    GPT-2 124M-shape references from train_gpt2.py (needs PyTorch), then the GPU test
+#   make test-hf      hf_convert against transformers (needs PyTorch and transformers)
+#   make fuzz         the file parsers under ASan/UBSan, then their fuzz target for FUZZ_SECONDS (clang)
 #   make fixtures     regenerate the committed small test fixtures (needs PyTorch)
 #   make bench-tokenizer   tokenizer throughput
 #   make clean
@@ -15,8 +17,11 @@ PYTHON ?= python3
 
 include gpu_arch.mk
 
-CXXFLAGS := -O3 -std=c++17 -Wall -Wextra -I. -pthread
-NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra,-pthread
+# The repository's path, compiled in so that the binaries find the bundled files (the vocabulary,
+# tiny Shakespeare) from any directory (llmc/paths.h).
+SOURCE_DIR_DEFINE := -DGPT2FP32_SOURCE_DIR=\"$(CURDIR)\"
+CXXFLAGS := -O3 -std=c++17 -Wall -Wextra -I. -pthread $(SOURCE_DIR_DEFINE)
+NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra,-pthread $(SOURCE_DIR_DEFINE)
 NVCCLIBS := -lcublasLt -lcublas
 
 # NCCL for several GPUs: found in NCCL_HOME, the CUDA toolkit or /usr (NCCL=0 builds without it,
@@ -36,10 +41,11 @@ endif
 TRAIN_DATA := dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
-CPU_TESTS := build/test_tokenizer build/test_data build/test_launch build/test_zero
-BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data $(CPU_TESTS) build/bench_tokenizer
+CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_launch build/test_zero build/test_json \
+             build/test_safetensors build/test_hf
+BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer
 
-.PHONY: all train test data fixtures test-124m bench-tokenizer clean lab nccl-info
+.PHONY: all train test data fixtures test-124m test-hf fuzz bench-tokenizer clean lab nccl-info
 
 all: $(BINARIES) lab
 
@@ -55,9 +61,15 @@ test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
 prepare_data: dev/data/prepare_data.cpp $(wildcard dev/data/*.h) $(LLMC_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@
 
+hf_convert: dev/hf/hf_convert.cpp $(LLMC_HEADERS)
+	$(CXX) $(CXXFLAGS) $< -o $@
+
 build/%: dev/test/%.cpp dev/test/testing.h $(wildcard dev/test/*.h) $(wildcard dev/data/*.h) $(LLMC_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) $< -o $@
+
+# test_paths runs ./prepare_data from other directories.
+build/test_paths: | prepare_data
 
 $(TRAIN_DATA) $(VAL_DATA): prepare_data dev/data/tiny_shakespeare.txt dev/data/gpt2_encoder.json
 	./prepare_data tinyshakespeare --force
@@ -75,8 +87,12 @@ FIXTURES := dev/test/fixtures
 test: all $(TRAIN_DATA)
 	build/test_tokenizer
 	build/test_data
+	build/test_paths
 	build/test_launch
 	build/test_zero
+	build/test_json
+	build/test_safetensors
+	build/test_hf
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
@@ -87,7 +103,7 @@ test: all $(TRAIN_DATA)
 # The reference steps exercise gradient accumulation, clipping and a warmup + cosine schedule.
 REFERENCE_STEPS := --grad-accum 2 --grad-clip 1.5 --lr-warmup 3 --lr-schedule cosine --lr-final-frac 0.1
 
-# Regenerate the committed fixtures (needs PyTorch; true FP32 on the CPU).
+# Regenerate the committed fixtures (needs PyTorch, and transformers for hf_tiny; true FP32 on the CPU).
 fixtures:
 	for kind in softmax relu; do \
 	  $(PYTHON) train_gpt2.py --device cpu --layers 2 --heads 2 --channels 128 --vocab 1000 --max-seq-len 64 \
@@ -95,6 +111,7 @@ fixtures:
 	    --write-model $(FIXTURES)/gpt2_small_$${kind}_model.bin --write-state $(FIXTURES)/gpt2_small_$${kind}_state.bin \
 	    || exit 1; \
 	done
+	rm -rf $(FIXTURES)/hf_tiny && $(PYTHON) dev/test/test_hf.py --make-fixture $(FIXTURES)/hf_tiny && rm -f $(FIXTURES)/hf_tiny/generation_config.json
 
 # References in GPT-2 124M shape (B=4, T=1024), generated where PyTorch is, then checked. The
 # learning rate is kept low: at 3e-4 a fresh 124M model hits a gradient-norm spike by step 3 that
@@ -108,6 +125,25 @@ test-124m: test_gpt2_fp32 $(VAL_DATA)
 	  ./test_gpt2_fp32 -f 0 -m $(REF124)/$${kind}_model.bin -s $(REF124)/$${kind}_state.bin || exit 1; \
 	done
 
+# The file parsers under AddressSanitizer and UndefinedBehaviorSanitizer, then the safetensors and
+# JSON fuzz target (libFuzzer, clang) for FUZZ_SECONDS on a scratch copy of its committed corpus.
+FUZZ_SECONDS ?= 30
+SANITIZE := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
+fuzz:
+	@mkdir -p build/fuzz_corpus
+	$(CXX) $(CXXFLAGS) $(SANITIZE) dev/test/test_safetensors.cpp -o build/test_safetensors_asan
+	$(CXX) $(CXXFLAGS) $(SANITIZE) dev/test/test_json.cpp -o build/test_json_asan
+	$(CXX) $(CXXFLAGS) $(SANITIZE) dev/test/test_hf.cpp -o build/test_hf_asan
+	build/test_safetensors_asan && build/test_json_asan && build/test_hf_asan
+	clang++ -std=c++17 -I. $(SANITIZE) -fsanitize=fuzzer dev/test/fuzz_safetensors.cpp -o build/fuzz_safetensors
+	cp dev/test/fuzz/safetensors/* build/fuzz_corpus/
+	build/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -dict=dev/test/fuzz/safetensors.dict \
+	  -artifact_prefix=build/ build/fuzz_corpus
+
+# hf_convert against transformers (needs PyTorch and transformers; SKIPPED without them).
+test-hf: hf_convert
+	$(PYTHON) dev/test/test_hf.py
+
 bench-tokenizer: build/bench_tokenizer
 	build/bench_tokenizer
 
@@ -115,4 +151,4 @@ nccl-info:
 	@echo "NCCL: $(if $(NCCL_LIB),$(NCCL_LIB) (several GPUs),not found (one GPU; NCCL_HOME=DIR to point at it))"
 
 clean:
-	rm -rf build train_gpt2_fp32 test_gpt2_fp32 prepare_data
+	rm -rf build train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert

@@ -15,17 +15,6 @@
 // ---------------------------------------------------------------------------------
 // Fixtures.
 
-static std::string make_temp_dir(void) {
-    char pattern[] = "/tmp/test_data_XXXXXX";
-    if (mkdtemp(pattern) == NULL) { fail("mkdtemp: %s", strerror(errno)); }
-    return pattern;
-}
-
-static void remove_dir(const std::string& dir) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-}
-
 // A file's bytes, or "" if it cannot be read.
 
 // Exit status of a shell command (-1 if it did not exit normally).
@@ -701,15 +690,17 @@ TEST(jsonl_text_extraction) {
     const char* bad_lines[][2] = {
         {"{\"id\": 1}", "no \"text\" field"},
         {"{\"text\": 5}", "not a string"},
-        {"{\"text\": \"a\\ud83d\"}", "unpaired high surrogate"},
-        {"{\"text\": \"a\\ude00\"}", "unpaired low surrogate"},
+        {"{\"text\": \"a\\ud83d\"}", "lone high surrogate"},
+        {"{\"text\": \"a\\ude00\"}", "lone low surrogate"},
         {"{\"text\": \"a\\u12g4\"}", "bad hex digit"},
         {"{\"text\": \"a\\q\"}", "bad escape"},
         {"{\"text\": \"a\tb\"}", "control character"},
         {"{\"text\": \"abc", "unterminated string"},
         {"{\"text\": \"a\"} x", "unexpected characters after the object"},
         {"{\"text\": \"a\",}", "expected a string"},
-        {"{\"n\": 01, \"text\": \"a\"}", "expected ',' or '}'"},
+        {"{\"n\": 01, \"text\": \"a\"}", "leading zero in a number (column 7)"},
+        {"{\"n\": 1 2, \"text\": \"a\"}", "expected ',' or '}'"},
+        {"{\"text\": \"a\xff\"}", "invalid UTF-8 in string"},
         {"[\"text\"]", "expected an object"},
     };
     for (const auto& bad : bad_lines) {

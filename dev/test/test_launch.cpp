@@ -53,17 +53,6 @@ static std::string blob_hex(const Blob& blob) {
     return hex;
 }
 
-static std::string make_temp_dir(void) {
-    char pattern[] = "/tmp/test_launch_XXXXXX";
-    if (mkdtemp(pattern) == NULL) { fail("mkdtemp: %s", strerror(errno)); }
-    return pattern;
-}
-
-static void remove_dir(const std::string& dir) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-}
-
 // The shared settings of one group of forked ranks.
 static int g_port = 0;
 static std::string g_dir;
@@ -324,7 +313,7 @@ TEST(tcp_rendezvous_rejects_bad_peers) {
 }
 
 TEST(file_rendezvous_ignores_stale_files) {
-    std::string root = make_temp_dir();
+    std::string root = make_temp_dir("test_launch");
     g_dir = root + "/shared/rdv";  // missing: created by the ranks
     g_timeout_s = 10.0;
     g_seed = 1;  // a previous run leaves its nccl_id
@@ -344,7 +333,7 @@ TEST(file_rendezvous_ignores_stale_files) {
 }
 
 TEST(file_rendezvous_errors) {
-    std::string root = make_temp_dir();
+    std::string root = make_temp_dir("test_launch");
     g_dir = root;
     g_timeout_s = 0.5;
     std::vector<RankRun> alone = run_ranks({{file_rank, 0, 3, 0}}, 10.0);
@@ -465,7 +454,7 @@ static int launch_child_main(int argc, char** argv) {
 }
 
 TEST(launch_local_runs_ranks) {
-    std::string dir = make_temp_dir();
+    std::string dir = make_temp_dir("test_launch");
     std::string output;
     double seconds = 0;
     int status = run_launcher(3, {"--gpus", "3", "--launch-child", "ok", dir.c_str()}, &output, &seconds);

@@ -57,13 +57,6 @@ static std::vector<std::string> pieces(const std::string& text) {
 
 
 
-// A fresh temporary directory for files a test writes.
-static std::string make_temp_dir() {
-    char path[] = "/tmp/test_tokenizer.XXXXXX";
-    if (mkdtemp(path) == NULL) { fail("mkdtemp failed: %s", strerror(errno)); }
-    return path;
-}
-
 // The classic .bin of `tokens` (id order), written by hand.
 static std::string bin_image(int32_t version, int32_t eot, const std::vector<std::string>& tokens) {
     int32_t header[kTokenizerBinHeaderInts] = {kTokenizerBinMagic, version, (int32_t)tokens.size(), eot};
@@ -401,7 +394,7 @@ TEST(concurrent_encoding) {
 
 // A thread's memo must not serve one tokenizer's merges to another.
 TEST(memo_is_per_tokenizer) {
-    std::string dir = make_temp_dir();
+    std::string dir = make_temp_dir("test_tokenizer");
     std::string path = dir + "/bytes_only.bin";
     std::vector<std::string> byte_tokens = gpt2_tokens();
     byte_tokens.resize(256);  // GPT-2's ids 0..255 are its single bytes
@@ -424,7 +417,7 @@ TEST(memo_is_per_tokenizer) {
 // files
 
 TEST(bin_round_trip) {
-    std::string dir = make_temp_dir();
+    std::string dir = make_temp_dir("test_tokenizer");
     std::string path = dir + "/gpt2_tokenizer.bin";
     tokenizer_write_bin(&gpt2(), path.c_str());
     Tokenizer reloaded;
@@ -449,7 +442,7 @@ TEST(bin_round_trip) {
 }
 
 TEST(bin_version_1_implies_gpt2_eot) {
-    std::string dir = make_temp_dir();
+    std::string dir = make_temp_dir("test_tokenizer");
     std::string path = dir + "/v1.bin";
     write_file(path, bin_image(1, 0, gpt2_tokens()));
     Tokenizer tok;
@@ -464,7 +457,7 @@ TEST(bin_version_1_implies_gpt2_eot) {
 // Writes `data` to a temporary file and checks that loading it fails with
 // "<path>: <problem>".
 static bool load_fails_with(const std::string& data, const char* problem) {
-    std::string dir = make_temp_dir();
+    std::string dir = make_temp_dir("test_tokenizer");
     std::string path = dir + "/tokenizer";
     write_file(path, data);
     std::string expected = path + ": " + problem;
