@@ -23,24 +23,9 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast
 work=$(mktemp -d)
 trap 'rm -rf "$work"; pkill -P $$ 2> /dev/null' EXIT
 flags="-e d12 -b 4 -t 256 -l 6e-4 -u 3 -k cosine -q 0.1 -c 0.1 -gc 0.5 -v 5 -m 2 -s 0 --seed 3"
-passed=0
-failed=0
-check() {  # check NAME COMMAND...: the command must succeed
-  local name=$1
-  shift
-  if "$@"; then echo "ok    $name"; passed=$((passed + 1)); else echo "FAIL  $name"; failed=$((failed + 1)); fi
-}
-# The numbers of a log: each step's loss, lr and norm (not its timings), val losses, the checksum.
-numbers() { grep -E '^step|^weights checksum' "$1" | awk -F'|' '{print $1 $2 $3 $4}'; }
-numbers_from() { numbers "$1" | awk -v first="$2" '/^step/ { n = $0; sub(/^step +/, "", n); if (n + 0 < first) next } { print }'; }
+source dev/test/runs.sh
 same_numbers() { [ -n "$(numbers "$1")" ] && diff <(numbers "$1") <(numbers "$2") > /dev/null; }
 same_or_show() { same_numbers "$1" "$2" || { grep -iE "error|step +12/" "$2" | tail -n 5 | sed 's/^/      /'; return 1; }; }
-fails_with() {  # fails_with FRAGMENT COMMAND...: the command must exit non-zero, saying FRAGMENT
-  local fragment=$1 out
-  shift
-  out=$("$@" 2>&1) && return 1
-  grep -qF -- "$fragment" <<< "$out" || { echo "      got: $(tail -n 2 <<< "$out")"; return 1; }
-}
 port=$((20000 + RANDOM % 20000))
 next_port() { port=$((port + 1)); }
 

@@ -12,23 +12,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 run="./train_gpt2_fp32 -e d12 -b 4 -t 256 -d 2048 -l 6e-4 -u 5 -k cosine -q 0.1 -c 0.1 -v 10 -m 2 -s 0"
-passed=0
-failed=0
-check() {  # check NAME COMMAND...: the command must succeed
-  local name=$1
-  shift
-  if "$@"; then echo "ok    $name"; passed=$((passed + 1)); else echo "FAIL  $name"; failed=$((failed + 1)); fi
-}
-# The numbers of a log: each step's loss, lr and norm (not its timings), val losses, the checksum.
-numbers() { grep -E '^step|^weights checksum' "$1" | awk -F'|' '{print $1 $2 $3 $4}'; }
-# The numbers of a log from step $2 on (train steps are 1-based, val steps 0-based), and its checksum.
-numbers_from() { numbers "$1" | awk -v first="$2" '/^step/ { n = $0; sub(/^step +/, "", n); if (n + 0 < first) next } { print }'; }
-fails_with() {  # fails_with FRAGMENT COMMAND...: the command must exit non-zero, saying FRAGMENT
-  local fragment=$1 out
-  shift
-  out=$("$@" 2>&1) && return 1
-  grep -qF -- "$fragment" <<< "$out" || { echo "      got: $(tail -n 1 <<< "$out")"; return 1; }
-}
+source dev/test/runs.sh
 
 $run -x 20 --seed 1 > "$work/a.log" 2>&1
 $run -x 20 --seed 1 > "$work/b.log" 2>&1
