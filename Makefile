@@ -5,7 +5,7 @@
 #   make test         build, run the CPU tests and the GPU test (SKIPPED without a GPU)
 #   make data         prepare the tiny Shakespeare shards
 #   make test-124m    GPT-2 124M-shape references from train_gpt2.py (needs PyTorch), then the GPU test
-#   make test-hf      hf_convert against transformers (needs PyTorch and transformers)
+#   make test-hf      hf_convert and (on a GPU) the trainer against transformers (needs PyTorch, transformers)
 #   make fuzz         the file parsers under ASan/UBSan, then their fuzz target for FUZZ_SECONDS (clang)
 #   make fixtures     regenerate the committed small test fixtures (needs PyTorch)
 #   make bench-tokenizer   tokenizer throughput
@@ -68,8 +68,8 @@ build/%: dev/test/%.cpp dev/test/testing.h $(wildcard dev/test/*.h) $(wildcard d
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) $< -o $@
 
-# test_paths runs ./prepare_data from other directories.
-build/test_paths: | prepare_data
+# test_paths runs the binaries from other directories.
+build/test_paths: | prepare_data train_gpt2_fp32 test_gpt2_fp32
 
 $(TRAIN_DATA) $(VAL_DATA): prepare_data dev/data/tiny_shakespeare.txt dev/data/gpt2_encoder.json
 	./prepare_data tinyshakespeare --force
@@ -97,6 +97,7 @@ test: all $(TRAIN_DATA)
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
+	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/hf_tiny -s $(FIXTURES)/hf_tiny_classic_state.bin
 	dev/test/test_training_runs.sh
 	dev/test/test_multi_gpu.sh
 
@@ -112,6 +113,8 @@ fixtures:
 	    || exit 1; \
 	done
 	rm -rf $(FIXTURES)/hf_tiny && $(PYTHON) dev/test/test_hf.py --make-fixture $(FIXTURES)/hf_tiny && rm -f $(FIXTURES)/hf_tiny/generation_config.json
+	$(PYTHON) train_gpt2.py --device cpu --init-from $(FIXTURES)/hf_tiny_model.bin --batch 4 --seq-len 32 --steps 1 \
+	  --seed 0 --write-classic-state $(FIXTURES)/hf_tiny_classic_state.bin
 
 # References in GPT-2 124M shape (B=4, T=1024), generated where PyTorch is, then checked. The
 # learning rate is kept low: at 3e-4 a fresh 124M model hits a gradient-norm spike by step 3 that
@@ -140,8 +143,8 @@ fuzz:
 	build/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -dict=dev/test/fuzz/safetensors.dict \
 	  -artifact_prefix=build/ build/fuzz_corpus
 
-# hf_convert against transformers (needs PyTorch and transformers; SKIPPED without them).
-test-hf: hf_convert
+# hf_convert and, on a GPU, the trainer against transformers (SKIPPED without PyTorch or transformers).
+test-hf: hf_convert train_gpt2_fp32 test_gpt2_fp32 $(TRAIN_DATA)
 	$(PYTHON) dev/test/test_hf.py
 
 bench-tokenizer: build/bench_tokenizer

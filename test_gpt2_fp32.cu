@@ -4,7 +4,11 @@ the gradient of every parameter tensor, and the losses and gradient norms of sev
 with the reference's gradient accumulation, clipping and learning-rate schedule. Prints a table
 and PASS or FAIL; exits non-zero on FAIL and zero with a SKIPPED line when there is no GPU.
 
-  ./test_gpt2_fp32 [-m MODEL] [-s STATE] [-f 0|1]   (-f 1: TF32)
+  ./test_gpt2_fp32 [-m MODEL -s STATE] [-f 0|1]   (-f 1: TF32)
+MODEL is a model file or a Hugging Face GPT-2 directory; STATE a debug state of version 4
+(train_gpt2.py) or 2 (the classic gpt2_124M_debug_state.bin, no optimizer steps). Without -m
+and -s: gpt2_124M.bin and gpt2_124M_debug_state.bin from the current directory if there, else the
+bundled small fixture.
 */
 #define TESTING
 #include "train_gpt2_fp32.cu"
@@ -29,15 +33,22 @@ typedef struct {
 static const Tolerances FP32_TOLERANCES = {2e-5, 2e-5, 5e-4, 5e-5, 5e-5};
 static const Tolerances TF32_TOLERANCES = {5e-3, 2e-3, 1e-1, 1e-2, 1e-2};
 
-// The reference's debug state (layout written by train_gpt2.py --write-state).
-static const int STATE_MAGIC = 20240327;
-static const int STATE_VERSION = 4;
+// The reference's debug state: magic 20240327, then by version
+//   4 (train_gpt2.py --write-state): header [2..7] B T V Vp attention steps, [8..17] the steps'
+//     lr, AdamW, accumulation, clipping and schedule; inputs, targets (B, T) int32; logits
+//     (B, T, Vp); the loss; the gradients; each step's loss and gradient norm.
+//   2 (the classic state, e.g. gpt2_124M_debug_state.bin): header [2..3] B T; inputs, targets;
+//     logits (B, T, V) unpadded; the loss; the gradients. No optimizer steps.
+// The gradients are every parameter's, in model-file order (wte padded to Vp).
+static const int DEBUG_STATE_MAGIC = 20240327;
+static const int DEBUG_STATE_CLASSIC = 2;
+static const int DEBUG_STATE_VERSION = 4;
 
 typedef struct {
-    int B, T, V, Vp, attention, num_steps;
+    int version, B, T, num_steps;
     RunShape shape;  // lr, AdamW, accumulation, clipping and schedule of the steps
     std::vector<int> inputs, targets;  // (B, T)
-    std::vector<float> logits;         // (B, T, Vp)
+    std::vector<float> logits;         // (B, T, Vp), the padded columns 0
     float loss;
     std::vector<float> grads;          // every parameter, in the model file's layout
     std::vector<float> step_losses;    // loss of each of the num_steps AdamW steps
@@ -50,19 +61,9 @@ static float header_float(const int* header, int slot) {
     return value;
 }
 
-// The reference state for a model of config c (host only, no GPU needed).
-static void read_debug_state(DebugState* st, const char* path, const GPT2Config* c) {
-    size_t num_parameters = count_parameters(c);
-    FILE* file = fopen_or_fail(path, "rb");
-    int header[256];
-    fread_or_fail(header, sizeof(int), 256, file, path);
-    if (header[0] != STATE_MAGIC) { fail("%s: bad magic %d, expected %d (not a debug state file)", path, header[0], STATE_MAGIC); }
-    if (header[1] != STATE_VERSION) { fail("%s: version %d not supported, expected %d", path, header[1], STATE_VERSION); }
-    st->B = header[2];
-    st->T = header[3];
-    st->V = header[4];
-    st->Vp = header[5];
-    st->attention = header[6];
+// Version 4's header past B and T: it must describe the model c; the steps' run shape.
+static void read_step_header(DebugState* st, const int* header, const char* path, const GPT2Config* c) {
+    int V = header[4], Vp = header[5], attention = header[6];
     st->num_steps = header[7];
     RunShape* r = &st->shape;
     r->lr = header_float(header, 8);
@@ -76,39 +77,70 @@ static void read_debug_state(DebugState* st, const char* path, const GPT2Config*
     r->schedule = header[16];
     r->final_lr_frac = header_float(header, 17);
     r->max_steps = st->num_steps;
-    if (st->B <= 0 || st->T <= 0 || st->T > c->max_seq_len || st->num_steps < 1 || st->num_steps > 10000) {
-        fail("%s: B=%d T=%d steps=%d do not fit the model (maxT %d)", path, st->B, st->T, st->num_steps, c->max_seq_len);
-    }
+    if (st->num_steps < 1 || st->num_steps > 10000) { fail("%s: %d steps, expected 1..10000", path, st->num_steps); }
     if (r->micro_batches < 1 || st->B % r->micro_batches != 0 || r->schedule < 0 || r->schedule > 2) {
         fail("%s: bad accumulation %d (must divide B=%d) or schedule %d", path, r->micro_batches, st->B, r->schedule);
     }
-    if (st->V != c->vocab_size || st->Vp != c->padded_vocab_size || st->attention != (int)c->attention) {
-        fail("%s: V=%d Vp=%d attention=%d, but the model has V=%d Vp=%d attention=%d", path, st->V, st->Vp,
-             st->attention, c->vocab_size, c->padded_vocab_size, (int)c->attention);
+    if (V != c->vocab_size || Vp != c->padded_vocab_size || attention != (int)c->attention) {
+        fail("%s: V=%d Vp=%d attention=%d, but the model has V=%d Vp=%d attention=%d", path, V, Vp, attention,
+             c->vocab_size, c->padded_vocab_size, (int)c->attention);
     }
-    size_t BT = (size_t)st->B * st->T;
-    int64_t expected = 4 * (256 + 2 * BT + BT * st->Vp + 1 + num_parameters + 2 * (size_t)st->num_steps);
+}
+
+// The reference state for a model of config c (host only, no GPU needed).
+static void read_debug_state(DebugState* st, const char* path, const GPT2Config* c) {
+    size_t num_parameters = count_parameters(c);
+    FILE* file = fopen_or_fail(path, "rb");
+    int header[256];
+    fread_or_fail(header, sizeof(int), 256, file, path);
+    if (header[0] != DEBUG_STATE_MAGIC) {
+        fail("%s: bad magic %d, expected %d (not a debug state file)", path, header[0], DEBUG_STATE_MAGIC);
+    }
+    st->version = header[1];
+    st->B = header[2];
+    st->T = header[3];
+    if (st->B <= 0 || st->T <= 0 || st->T > c->max_seq_len || (size_t)st->B * st->T > CLASSIFIER_CHUNK_ROWS) {
+        fail("%s: B=%d T=%d do not fit the model (maxT %d, B*T at most %zu)", path, st->B, st->T, c->max_seq_len,
+             CLASSIFIER_CHUNK_ROWS);
+    }
+    st->shape = RunShape{};
+    if (st->version == DEBUG_STATE_VERSION) {
+        read_step_header(st, header, path, c);
+    } else if (st->version == DEBUG_STATE_CLASSIC) {
+        st->num_steps = 0;
+        st->shape.micro_batches = 1;
+    } else {
+        fail("%s: version %d not supported, expected %d (train_gpt2.py) or %d (classic)", path, st->version,
+             DEBUG_STATE_VERSION, DEBUG_STATE_CLASSIC);
+    }
+    size_t BT = (size_t)st->B * st->T, V = c->vocab_size, Vp = c->padded_vocab_size;
+    size_t logit_columns = st->version == DEBUG_STATE_CLASSIC ? V : Vp;
+    int64_t expected = 4 * (256 + 2 * BT + BT * logit_columns + 1 + num_parameters + 2 * (size_t)st->num_steps);
     if (file_size(path) != expected) {
         fail("%s: %lld bytes, expected %lld for this model and header (truncated or not its state)", path,
              (long long)file_size(path), (long long)expected);
     }
     st->inputs.resize(BT);
     st->targets.resize(BT);
-    st->logits.resize(BT * st->Vp);
     st->grads.resize(num_parameters);
     st->step_losses.resize(st->num_steps);
     st->grad_norms.resize(st->num_steps);
     fread_or_fail(st->inputs.data(), sizeof(int), BT, file, path);
     fread_or_fail(st->targets.data(), sizeof(int), BT, file, path);
-    fread_or_fail(st->logits.data(), sizeof(float), st->logits.size(), file, path);
+    std::vector<float> logits(BT * logit_columns);
+    fread_or_fail(logits.data(), sizeof(float), logits.size(), file, path);
+    st->logits.assign(BT * Vp, 0.0f);
+    for (size_t row = 0; row < BT; row++) {
+        memcpy(&st->logits[row * Vp], &logits[row * logit_columns], V * sizeof(float));
+    }
     fread_or_fail(&st->loss, sizeof(float), 1, file, path);
     fread_or_fail(st->grads.data(), sizeof(float), st->grads.size(), file, path);
     fread_or_fail(st->step_losses.data(), sizeof(float), st->step_losses.size(), file, path);
     fread_or_fail(st->grad_norms.data(), sizeof(float), st->grad_norms.size(), file, path);
     fclose(file);
     for (size_t i = 0; i < BT; i++) {
-        if (st->inputs[i] < 0 || st->inputs[i] >= st->V || st->targets[i] < 0 || st->targets[i] >= st->V) {
-            fail("%s: token at position %zu is outside [0, %d)", path, i, st->V);
+        if (st->inputs[i] < 0 || st->inputs[i] >= (int)V || st->targets[i] < 0 || st->targets[i] >= (int)V) {
+            fail("%s: token at position %zu is outside [0, %zu)", path, i, V);
         }
     }
 }
@@ -149,11 +181,18 @@ static bool check_relative_scalar(const char* name, float got, float expected, d
     return report(name, error, fabs(expected), tolerance, true);
 }
 
+// Without -m and -s: the classic files in the current directory, as the classic test had them,
+// or else the bundled small fixture.
+static const char* const CLASSIC_MODEL = "gpt2_124M.bin";
+static const char* const CLASSIC_STATE = "gpt2_124M_debug_state.bin";
+static const char* const FIXTURE_MODEL = "dev/test/fixtures/gpt2_small_softmax_model.bin";
+static const char* const FIXTURE_STATE = "dev/test/fixtures/gpt2_small_softmax_state.bin";
+
 int main(int argc, char** argv) {
-    const char* model_path = "dev/test/fixtures/gpt2_small_softmax_model.bin";
-    const char* state_path = "dev/test/fixtures/gpt2_small_softmax_state.bin";
+    const char* model_path = NULL;
+    const char* state_path = NULL;
     int use_tf32 = 0;
-    const char* usage = "usage: test_gpt2_fp32 [-m MODEL] [-s STATE] [-f 0|1]";
+    const char* usage = "usage: test_gpt2_fp32 [-m MODEL -s STATE] [-f 0|1]";
     auto is_bit = [](const char* value) { return strcmp(value, "0") == 0 || strcmp(value, "1") == 0; };
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { fail("flag %s needs a value (%s)", argv[i], usage); }
@@ -162,7 +201,19 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-f") == 0 && is_bit(argv[i + 1])) { use_tf32 = atoi(argv[i + 1]); }
         else { fail("unknown flag or value %s %s (%s)", argv[i], argv[i + 1], usage); }
     }
-    GPT2Config config = read_checkpoint_config(model_path);  // the files are checked with or without a GPU
+    if ((model_path == NULL) != (state_path == NULL)) { fail("flags -m and -s go together (%s)", usage); }
+    std::string bundled_model, bundled_state;
+    if (model_path == NULL && (file_exists(CLASSIC_MODEL) || file_exists(CLASSIC_STATE))) {
+        model_path = CLASSIC_MODEL;
+        state_path = CLASSIC_STATE;
+    } else if (model_path == NULL) {
+        bundled_model = find_bundled_file(FIXTURE_MODEL, NULL, "-m");
+        bundled_state = find_bundled_file(FIXTURE_STATE, NULL, "-s");
+        model_path = bundled_model.c_str();
+        state_path = bundled_state.c_str();
+    }
+    std::vector<float> parameters;  // the files are checked with or without a GPU
+    GPT2Config config = read_model(model_path, &parameters);
     DebugState st;
     read_debug_state(&st, state_path, &config);
     if (!cuda_setup(use_tf32 == 1)) {
@@ -170,12 +221,12 @@ int main(int argc, char** argv) {
         return 0;
     }
     GPT2 model;
-    gpt2_build_from_checkpoint(&model, model_path);
+    gpt2_build_from_parameters(&model, &config, parameters);
     const GPT2Config* c = &model.config;
     const Tolerances tol = use_tf32 ? TF32_TOLERANCES : FP32_TOLERANCES;
-    printf("test_gpt2_fp32: %s, %s attention, %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n", state_path,
-           attention_name(c->attention), use_tf32 ? "TF32" : "FP32", st.B, st.T, c->num_layers, c->num_heads,
-           c->channels, c->vocab_size, c->padded_vocab_size);
+    printf("test_gpt2_fp32: %s (version %d), %s attention, %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n",
+           state_path, st.version, attention_name(c->attention), use_tf32 ? "TF32" : "FP32", st.B, st.T,
+           c->num_layers, c->num_heads, c->channels, c->vocab_size, c->padded_vocab_size);
     printf("%-22s %12s %12s %12s  %-8s %s\n", "check", "ref scale", "error", "tolerance", "kind", "");
     gpt2_allocate_activations(&model, st.B, st.T);
     size_t BT = (size_t)st.B * st.T;
@@ -192,10 +243,11 @@ int main(int argc, char** argv) {
     count(check_relative("logits", logits.data(), st.logits.data(), logits.size(), tol.logits));
 
     // AdamW steps on the reference's batch, each over its micro-batches; step 0's loss and
-    // accumulated gradients are those of the initial model.
+    // accumulated gradients are those of the initial model. A classic state has no steps: one
+    // pass, without an update, gives its loss and gradients.
     const RunShape* r = &st.shape;
     int micro_B = st.B / r->micro_batches;
-    for (int step = 0; step < st.num_steps; step++) {
+    for (int step = 0; step < std::max(st.num_steps, 1); step++) {
         gpt2_zero_grad(&model);
         gpt2_reset_loss(&model);
         for (int micro = 0; micro < r->micro_batches; micro++) {
@@ -206,7 +258,9 @@ int main(int argc, char** argv) {
             gpt2_backward(&model);
             gpt2_end_micro_step(&model);
         }
-        gpt2_update(&model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);
+        if (st.num_steps > 0) {
+            gpt2_update(&model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);
+        }
         float step_loss, grad_norm;
         gpt2_read_stats(&model, &step_loss, &grad_norm);
         if (step == 0) {
@@ -221,6 +275,7 @@ int main(int argc, char** argv) {
                 offset += model.param_sizes[i];
             }
         }
+        if (step >= st.num_steps) { break; }
         char name[64];
         snprintf(name, sizeof(name), "step %d loss", step);
         count(check_absolute(name, step_loss, st.step_losses[step], tol.step_loss));
@@ -228,6 +283,7 @@ int main(int argc, char** argv) {
         count(check_relative_scalar(name, grad_norm, st.grad_norms[step], tol.grad_norm));
     }
 
+    if (st.num_steps == 0) { printf("(a version %d state has no optimizer steps to check)\n", st.version); }
     gpt2_free(&model);
     printf("%d passed, %d failed\n", checks - failures, failures);
     printf("%s\n", failures == 0 ? "PASS" : "FAIL");

@@ -42,6 +42,7 @@ STATE_MAGIC = 20240327
 SHARD_MAGIC = 20240520
 MODEL_VERSION = 3
 STATE_VERSION = 4
+CLASSIC_STATE_VERSION = 2  # the classic gpt2_124M_debug_state.bin: no optimizer steps
 SHARD_VERSION = 1
 HEADER_INTS = 256
 ATTN_KINDS = ("softmax", "relu")  # index = the attention kind stored in file headers
@@ -297,6 +298,20 @@ def write_state_file(path, cfg, hyperparams, schedule, inputs, targets, logits, 
     ])
 
 
+def write_classic_state_file(path, cfg, inputs, targets, logits, loss, grads):
+    """The classic debug state (version 2, as gpt2_124M_debug_state.bin): header [magic, 2, B, T],
+    the batch, the logits (B, T, V) unpadded, the loss and the gradients (wte padded to Vp)."""
+    B, T = inputs.shape
+    write_atomically(path, [
+        int_header(STATE_MAGIC, CLASSIC_STATE_VERSION, [B, T]),
+        inputs.cpu().numpy().astype("<i4"),
+        targets.cpu().numpy().astype("<i4"),
+        logits.detach().to("cpu", torch.float32).numpy().astype("<f4"),
+        np.array([loss], dtype="<f4"),
+        *file_tensors(cfg, grads),
+    ])
+
+
 def read_shard_tokens(path):
     """Tokens of a classic shard (256-int header: magic, version, count; then uint16 tokens)."""
     with open(path, "rb") as f:
@@ -476,7 +491,7 @@ def run_reference(args, device):
     if args.write_model is not None:
         write_model_file(args.write_model, model)
         print(f"wrote {args.write_model}")
-    if args.write_state is None:
+    if args.write_state is None and args.write_classic_state is None:
         return
 
     inputs, targets = (t.to(device) for t in reference_batch(args, cfg))
@@ -506,9 +521,14 @@ def run_reference(args, device):
         print(f"step {step + 1}/{args.steps} loss {step_loss:.6f} norm {grad_norms[-1]:.6f} "
               f"lr {optimizer.param_groups[0]['lr']:.6e}")
         optimizer.step()
-    write_state_file(args.write_state, cfg, hyperparams, schedule, inputs, targets, initial_logits, step_losses[0],
-                     initial_grads, step_losses, grad_norms)
-    print(f"wrote {args.write_state}")
+    if args.write_state is not None:
+        write_state_file(args.write_state, cfg, hyperparams, schedule, inputs, targets, initial_logits, step_losses[0],
+                         initial_grads, step_losses, grad_norms)
+        print(f"wrote {args.write_state}")
+    if args.write_classic_state is not None:
+        write_classic_state_file(args.write_classic_state, cfg, inputs, targets, initial_logits, step_losses[0],
+                                 initial_grads)
+        print(f"wrote {args.write_classic_state}")
 
 
 # ----------------------------------------------------------------------------
@@ -611,6 +631,8 @@ def parse_args():
     reference = parser.add_argument_group("reference mode")
     reference.add_argument("--write-model", metavar="PATH", help="the initial model, as a model file")
     reference.add_argument("--write-state", metavar="PATH", help="debug state of --steps AdamW steps on one batch")
+    reference.add_argument("--write-classic-state", metavar="PATH",
+                           help="the classic debug state (version 2: logits, loss, gradients; no steps)")
     reference.add_argument("--tokens", metavar="SHARD", help="take the batch from this shard, not random tokens")
     reference.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (divides --batch)")
     reference.add_argument("--grad-clip", type=float, default=0.0, help="global gradient-norm clipping, 0 = off")
@@ -635,12 +657,12 @@ def main():
         fail("--device cuda, but CUDA is not available")
     device = torch.device(args.device)
     if args.train_shards is not None:
-        if args.write_model or args.write_state or args.tokens:
-            fail("--write-model, --write-state and --tokens apply only to reference mode")
+        if args.write_model or args.write_state or args.write_classic_state or args.tokens:
+            fail("--write-model, --write-state, --write-classic-state and --tokens apply only to reference mode")
         run_training(args, device)
     elif world_size() > 1:
         fail("reference mode runs in one process, not under torchrun")
-    elif args.write_model is None and args.write_state is None:
+    elif args.write_model is None and args.write_state is None and args.write_classic_state is None:
         fail("nothing to do: give --write-model/--write-state (reference) or --train-shards (training)")
     else:
         run_reference(args, device)

@@ -25,7 +25,10 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 
 #include "llmc/comm.cuh"       // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
+#include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out
 #include "llmc/launch.h"         // defines: LaunchInfo, launchers' variables, --gpus, rendezvous
+#include "llmc/model_file.h"     // defines: the model file (header, tensor order), read and written
+#include "llmc/paths.h"          // defines: find_bundled_file (the vocabulary from any directory)
 #include "llmc/tokenizer.h"      // defines: Tokenizer (GPT-2 BPE)
 #include "llmc/utils.h"          // defines: fail, checked file I/O, atomic writes
 #include "llmc/zero.h"           // defines: ZeRO-1 shards, gradient buckets, the rank-ordered sum
@@ -2024,56 +2027,50 @@ static void gpt2_transpose_weights(GPT2* model) {
     transpose_matrices(t->fcprojw, p->fcprojw, C, 4 * C, L);
 }
 
-// Checkpoint header: 256 int32, [0] magic, [1] version, [2..7] maxT V L NH C Vp, [8] attention
-// kind (a slot other readers of this format ignore), rest 0; then all parameters in fp32.
-static const int CHECKPOINT_MAGIC = 20240326;
-static const int CHECKPOINT_VERSION = 3;
+// Models on disk, read into the flat parameters on the host: the classic fp32 model file
+// (llmc/model_file.h: a 256-int header, then the 16 tensors in file order) or a Hugging Face GPT-2
+// directory (llmc/gpt2_hf.h). Checkpoints are written as model files.
+static GPT2Config config_from_shape(const ModelShape* s) {
+    return GPT2Config{s->max_seq_len, s->vocab_size, s->padded_vocab_size, s->num_layers,
+                      s->num_heads,   s->channels,   (AttentionKind)s->attention};
+}
 
-// The config of a checkpoint file, its header and size checked (host only, no GPU needed).
-static GPT2Config read_checkpoint_config(const char* path) {
-    FILE* file = fopen_or_fail(path, "rb");
-    int header[256];
-    fread_or_fail(header, sizeof(int), 256, file, path);
-    fclose(file);
-    if (header[0] != CHECKPOINT_MAGIC) {
-        fail("%s: bad magic %d, expected %d (not a GPT-2 model file)", path, header[0], CHECKPOINT_MAGIC);
+// The config and parameters of a model file or Hugging Face model (host only, no GPU needed).
+static GPT2Config read_model(const char* path, std::vector<float>* params) {
+    ModelShape shape;
+    struct stat st;
+    if (hf_is_model(path)) {
+        gpt2_from_hf(path, &shape, params);
+    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fail("%s: a directory without config.json (not a Hugging Face model)", path);
+    } else {
+        model_file_read(path, &shape, params);
     }
-    if (header[1] != CHECKPOINT_VERSION) {
-        fail("%s: version %d not supported, expected %d (fp32, padded vocab)", path, header[1], CHECKPOINT_VERSION);
-    }
-    GPT2Config config = {header[2], header[3], header[7], header[4], header[5], header[6], (AttentionKind)header[8]};
+    GPT2Config config = config_from_shape(&shape);
     validate_config(&config, path);
-    int64_t expected = 256 * sizeof(int) + (int64_t)count_parameters(&config) * sizeof(float);
-    if (file_size(path) != expected) {
-        fail("%s: %lld bytes, expected %lld for its config (truncated or corrupt)", path, (long long)file_size(path),
-             (long long)expected);
-    }
     return config;
 }
 
-static void gpt2_build_from_checkpoint(GPT2* model, const char* path) {
-    GPT2Config config = read_checkpoint_config(path);
-    gpt2_allocate_parameters(model, &config);
-    FILE* file = fopen_or_fail(path, "rb");
-    std::vector<float> host(model->num_parameters);
-    if (fseek(file, 256 * sizeof(int), SEEK_SET) != 0) { fail("%s: cannot seek past the header", path); }
-    fread_or_fail(host.data(), sizeof(float), host.size(), file, path);
-    fclose(file);
+// A model of this config with these parameters (in model-file order) on the device.
+static void gpt2_build_from_parameters(GPT2* model, const GPT2Config* config, const std::vector<float>& host) {
+    gpt2_allocate_parameters(model, config);
     cudaCheck(cudaMemcpy(model->params_memory, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
     gpt2_transpose_weights(model);
 }
 
-static void gpt2_write_checkpoint(const GPT2* model, const char* path) {
+static void gpt2_build_from_file(GPT2* model, const char* path) {
+    std::vector<float> host;
+    GPT2Config config = read_model(path, &host);
+    gpt2_build_from_parameters(model, &config, host);
+}
+
+static void gpt2_write_model(const GPT2* model, const char* path) {
     const GPT2Config* c = &model->config;
-    int header[256] = {CHECKPOINT_MAGIC, CHECKPOINT_VERSION, c->max_seq_len, c->vocab_size, c->num_layers,
-                       c->num_heads, c->channels, c->padded_vocab_size, (int)c->attention};
+    ModelShape shape = {c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads,
+                        c->channels,    c->padded_vocab_size, (int)c->attention};
     std::vector<float> host(model->num_parameters);
     cudaCheck(cudaMemcpy(host.data(), model->params_memory, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    AtomicFile out;
-    open_atomic(&out, path);
-    fwrite_or_fail(header, sizeof(int), 256, out.file, out.tmp_path);
-    fwrite_or_fail(host.data(), sizeof(float), host.size(), out.file, out.tmp_path);
-    commit_atomic(&out);
+    model_file_write(path, &shape, host.data());
 }
 
 // GPT-2 shapes by depth: d12 small (124M), d24 medium, d36 large, d48 XL.
@@ -2628,11 +2625,10 @@ static void generate(GPT2* model, const Tokenizer* tokenizer, int num_tokens) {
 
 typedef struct {
     RunShape shape;
-    const char* train_pattern;
-    const char* val_pattern;
-    const char* model;       // checkpoint path or d12|d24|d36|d48
+    std::string train_pattern, val_pattern;  // -i, -j (default: the bundled tiny Shakespeare)
+    const char* model;       // -e: model file, Hugging Face model, or d12|d24|d36|d48
     const char* output_dir;  // -o: main.log and checkpoints
-    const char* tokenizer;
+    std::string tokenizer;   // --tokenizer (default: the bundled vocabulary)
     const char* rendezvous_dir;  // --rendezvous-dir: meet through files there, not TCP
     int64_t total_batch_tokens;  // -d; 0: B*T, no accumulation
     int val_every, val_batches, sample_every, gen_tokens;
@@ -2647,7 +2643,8 @@ static void print_usage() {
         "data and model\n"
         "  -i PATTERN  training shards (default dev/data/tinyshakespeare/tiny_shakespeare_train.bin)\n"
         "  -j PATTERN  validation shards (default dev/data/tinyshakespeare/tiny_shakespeare_val.bin)\n"
-        "  -e MODEL    checkpoint file, or d12|d24|d36|d48 to start from scratch (default d12)\n"
+        "  -e MODEL    model file, Hugging Face GPT-2 directory (config.json + model.safetensors),\n"
+        "              or d12|d24|d36|d48 to start from scratch (default d12)\n"
         "  -A KIND     attention: softmax or relu (default softmax, or the checkpoint's)\n"
         "  --seed N    seed for initialisation and sampling (default 1337)\n"
         "batch and optimisation\n"
@@ -2681,7 +2678,7 @@ static void print_usage() {
         "  -y 0|1      resume from the latest checkpoint in -o DIR, on any number of GPUs (default 0)\n"
         "  --force     start a new run in an -o DIR that holds another run\n"
         "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
-        "  --tokenizer FILE     vocabulary for printing samples (default dev/data/gpt2_encoder.json)\n"
+        "  --tokenizer FILE     vocabulary for printing samples (default: the bundled dev/data/gpt2_encoder.json)\n"
         "  --peak-tflops F      TF32 peak of one GPU for MFU (default: a table of known GPUs)\n"
         "  -h          this help\n");
 }
@@ -2711,14 +2708,15 @@ static void require(bool ok, const char* flag, const char* what) {
     if (!ok) { fail("flag %s: %s", flag, what); }
 }
 
+static const char* const TINY_SHAKESPEARE_TRAIN = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+static const char* const TINY_SHAKESPEARE_VAL = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+static const char* const GPT2_VOCABULARY = "dev/data/gpt2_encoder.json";
+
 // The flags; world: the number of GPUs (processes) of the run, which -d must divide among.
 static TrainArgs parse_args(int argc, char** argv, int world) {
     TrainArgs args = {};
     args.shape = RunShape{4, 1024, 1, -1, 0, SCHEDULE_COSINE, -1, 1, 0, 3e-4f, 0.0f, 0.0f, 0.9f, 0.95f, 1e-8f, 1.0f, 1337};
-    args.train_pattern = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
-    args.val_pattern = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
     args.model = "d12";
-    args.tokenizer = "dev/data/gpt2_encoder.json";
     args.val_every = 20;
     args.val_batches = 20;
     args.sample_every = 20;
@@ -2807,6 +2805,10 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
     require(args.output_dir != NULL || (args.checkpoint_every == 0 && !args.resume), "-o", "-n and -y need an output directory");
     require(args.peak_tflops >= 0.0f, "--peak-tflops", "must not be negative");
     require(args.stop_at >= 0, "--stop-at", "must not be negative (0: off)");
+    // the bundled files, found from any directory (llmc/paths.h)
+    if (args.train_pattern.empty()) { args.train_pattern = find_bundled_file(TINY_SHAKESPEARE_TRAIN, NULL, "-i"); }
+    if (args.val_pattern.empty()) { args.val_pattern = find_bundled_file(TINY_SHAKESPEARE_VAL, NULL, "-j"); }
+    args.tokenizer = find_bundled_file(GPT2_VOCABULARY, args.tokenizer.empty() ? NULL : args.tokenizer.c_str(), "--tokenizer");
     return args;
 }
 
@@ -2849,7 +2851,7 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
     if (g_comm.rank != 0) { return; }
     char path[4096];
     checkpoint_path(path, sizeof(path), dir, "model", step);
-    gpt2_write_checkpoint(model, path);
+    gpt2_write_model(model, path);
 
     int header[256] = {STATE_MAGIC, STATE_VERSION, step, model->adam_step};
     DataLoaderState loader_state = dataloader_state(loader);
@@ -2949,13 +2951,13 @@ static void build_model(GPT2* model, const TrainArgs* args, int resume_step) {
     if (resume_step >= 0) {
         char path[4096];
         checkpoint_path(path, sizeof(path), args->output_dir, "model", resume_step);
-        gpt2_build_from_checkpoint(model, path);
+        gpt2_build_from_file(model, path);
     } else if (gpt2_config_by_depth(args->model, &config)) {
         config.attention = r->attention < 0 ? ATTENTION_SOFTMAX : (AttentionKind)r->attention;
         gpt2_build_from_scratch(model, &config, r->seed);
     } else {
-        if (!file_exists(args->model)) { fail("flag -e: '%s' is neither a file nor one of d12, d24, d36, d48", args->model); }
-        gpt2_build_from_checkpoint(model, args->model);
+        if (!file_exists(args->model)) { fail("flag -e: '%s' is neither a model file, a Hugging Face model nor one of d12, d24, d36, d48", args->model); }
+        gpt2_build_from_file(model, args->model);
     }
     if (r->attention >= 0 && r->attention != (int)model->config.attention) {
         fail("flag -A %s: the model uses %s attention", attention_name((AttentionKind)r->attention),
@@ -3090,9 +3092,9 @@ static void run_print_config(const Run* run, int val_B) {
               c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
     print_row("parameters", "%zu", run->model.num_parameters);
     print_row("attention", "%s", attention_name(c->attention));
-    print_row("train data", "%s (%zu batches/epoch)", args->train_pattern,
+    print_row("train data", "%s (%zu batches/epoch)", args->train_pattern.c_str(),
               dataloader_batches_per_epoch(&run->train_loader));
-    print_row("val data", "%s (%d x %d batches of B=%d)", args->val_pattern, g_comm.world, run->val_batches, val_B);
+    print_row("val data", "%s (%d x %d batches of B=%d)", args->val_pattern.c_str(), g_comm.world, run->val_batches, val_B);
     print_row("GPUs", "%d (%s)", g_comm.world, g_comm.world > 1 ? "NCCL, ZeRO-1 optimizer shards" : "one process");
     print_row("batch per GPU", "B=%d T=%d x %d micro-steps", r->B, r->T, run->micro_steps);
     print_row("batch", "%d micro-batches = %lld tokens per step", r->micro_batches, (long long)args->total_batch_tokens);
@@ -3131,11 +3133,11 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
 
     int world = g_comm.world;
     run->micro_steps = r->micro_batches / world;
-    dataloader_init(&run->train_loader, args->train_pattern, r->B, r->T, g_comm.rank, world, run->micro_steps, false,
+    dataloader_init(&run->train_loader, args->train_pattern.c_str(), r->B, r->T, g_comm.rank, world, run->micro_steps, false,
                     r->seed, c->vocab_size);
-    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern, r->T, world));
-    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than %d x (T+1) tokens", args->val_pattern, world); }
-    dataloader_init(&run->val_loader, args->val_pattern, val_B, r->T, g_comm.rank, world, 1, false, r->seed,
+    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern.c_str(), r->T, world));
+    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than %d x (T+1) tokens", args->val_pattern.c_str(), world); }
+    dataloader_init(&run->val_loader, args->val_pattern.c_str(), val_B, r->T, g_comm.rank, world, 1, false, r->seed,
                     c->vocab_size);
     int val_per_epoch = (int)dataloader_batches_per_epoch(&run->val_loader);
     run->val_batches = args->val_batches == 0 ? val_per_epoch
@@ -3143,7 +3145,7 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
     if (r->max_steps < 0) {
         r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&run->train_loader));
     }
-    tokenizer_init(&run->tokenizer, args->tokenizer);
+    tokenizer_init(&run->tokenizer, args->tokenizer.c_str());
     comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
 

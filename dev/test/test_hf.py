@@ -8,6 +8,14 @@
     as our tokenizer (tiktoken's ids);
   - a ReLU-attention export is refused by stock transformers instead of running as softmax;
   - config fields the trainer cannot honour are refused, naming the field.
+On a GPU (./train_gpt2_fp32 and ./test_gpt2_fp32 built), the trainer against transformers, through
+classic debug states (version 2) that this script writes from transformers' own forward and
+backward pass (FP32 matmuls, eager attention):
+  - save_pretrained models (random init, GPT-2 124M's shape and a small one, F32 and BF16) given
+    to the test binary as -m DIR: logits, loss and every gradient as test_gpt2_fp32's FP32
+    tolerances demand (loss within 2e-5 nats);
+  - a model fine-tuned here from a save_pretrained directory (-e DIR) for a few steps, exported
+    with hf_convert, gives transformers the logits, loss and gradients of our model file.
 With --make-fixture DIR it writes the small committed fixture instead (a tiny GPT-2 as
 transformers saves it, and its classic model-file twin) for the CPU test (dev/test/test_hf.cpp).
 Prints SKIPPED where torch or transformers is missing.
@@ -34,6 +42,8 @@ except ImportError as missing:
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONVERT = os.path.join(REPO, "hf_convert")
+TRAIN = os.path.join(REPO, "train_gpt2_fp32")
+TEST = os.path.join(REPO, "test_gpt2_fp32")
 PER_LAYER = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
              "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
              "mlp.c_proj.weight", "mlp.c_proj.bias"]
@@ -195,6 +205,80 @@ def test_relu_and_refusals(work, model_file):
           result.stderr.strip())
 
 
+def write_classic_state(path, model, batch, padded_vocab):
+    """The classic debug state (version 2) of a transformers GPT-2 on batch (B, T+1): the inputs,
+    targets, logits (B, T, V), the mean cross-entropy and every gradient in model-file order."""
+    device = "cuda"
+    model = model.float().to(device).eval()  # eval: no dropout; the gradients are still computed
+    model.zero_grad(set_to_none=True)
+    inputs, targets = batch[:, :-1].to(device), batch[:, 1:].to(device)
+    logits = model(inputs).logits
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    loss.backward()
+    grads = {name: p.grad.detach().cpu().numpy() for name, p in model.named_parameters()}
+    cfg = model.config
+    flat_grads = expected_model_file(grads, cfg.n_layer, cfg.n_embd, padded_vocab)
+    B, T = inputs.shape
+    with open(path, "wb") as f:
+        f.write(struct.pack("256i", 20240327, 2, B, T, *([0] * 252)))
+        f.write(inputs.cpu().numpy().astype("<i4").tobytes())
+        f.write(targets.cpu().numpy().astype("<i4").tobytes())
+        f.write(logits.detach().cpu().numpy().astype("<f4").tobytes())
+        f.write(np.array([loss.item()], dtype="<f4").tobytes())
+        f.write(flat_grads.astype("<f4").tobytes())
+    return loss.item()
+
+
+def run_test_binary(name, model_path, state_path):
+    """test_gpt2_fp32 in full FP32 on a model and a state; prints its table's loss and worst rows."""
+    result = subprocess.run([TEST, "-f", "0", "-m", model_path, "-s", state_path], capture_output=True, text=True)
+    rows = [(line[:22].strip(), *map(float, line[22:].split()[:3])) for line in result.stdout.splitlines()
+            if line.startswith(("logits", "loss", "grad "))]  # check, scale, error, tolerance
+    grads = [row for row in rows if row[0].startswith("grad")]
+    shown = [row for row in rows if row[0] in ("logits", "loss")] + [max(grads, key=lambda r: r[2] / r[3])] if grads else []
+    for row, scale, error, tolerance in shown:
+        print(f"      {row:<16} error {error:.3e} (tolerance {tolerance:.0e}, reference scale {scale:.3e})")
+    check(name, result.returncode == 0 and "PASS" in result.stdout, (result.stdout + result.stderr)[-2000:])
+
+
+def test_trainer_against_transformers(work):
+    torch.set_float32_matmul_precision("highest")
+    batch_gen = torch.Generator().manual_seed(5)
+    shapes = [("GPT-2 124M shape", GPT2Config(attn_implementation="eager")),
+              ("small shape", GPT2Config(vocab_size=50257, n_positions=128, n_embd=128, n_layer=2, n_head=4,
+                                         attn_implementation="eager"))]
+    for shape_name, config in shapes:
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(2)
+            model = GPT2LMHeadModel(config)
+            name = f"{shape_name} {str(dtype).split('.')[-1]}"
+            model_dir = os.path.join(work, name.replace(" ", "_"))
+            model.to(dtype).save_pretrained(model_dir)
+            batch = torch.randint(0, config.vocab_size, (4, 65), generator=batch_gen)
+            state = os.path.join(work, "state.bin")
+            write_classic_state(state, model, batch, padded_vocab=50304)
+            run_test_binary(f"{name} from save_pretrained: logits, loss and gradients as transformers'", model_dir, state)
+
+    # fine-tune from a save_pretrained directory, export, and check the export against ours
+    torch.manual_seed(3)
+    model = GPT2LMHeadModel(shapes[1][1])
+    pretrained, out, export = (os.path.join(work, n) for n in ("pretrained", "finetune", "finetuned_export"))
+    model.save_pretrained(pretrained)
+    result = subprocess.run([TRAIN, "-e", pretrained, "-b", "4", "-t", "64", "-x", "5", "-l", "1e-3", "-f", "0",
+                             "-v", "0", "-s", "0", "-n", "5", "-o", out, "--force"], capture_output=True, text=True)
+    check("train_gpt2_fp32 -e fine-tunes a save_pretrained directory", result.returncode == 0, result.stderr[-1000:])
+    if result.returncode != 0:
+        return
+    trained = os.path.join(out, "model_00000005.bin")
+    convert("export", trained, export)
+    exported, info = GPT2LMHeadModel.from_pretrained(export, output_loading_info=True, attn_implementation="eager")
+    check("the fine-tuned export loads with no missing or unexpected weights",
+          not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], str(info))
+    state = os.path.join(work, "finetuned_state.bin")
+    write_classic_state(state, exported, torch.randint(0, 50257, (4, 65), generator=batch_gen), padded_vocab=50304)
+    run_test_binary("fine-tuned model file against its export in transformers: logits, loss, gradients", trained, state)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--make-fixture", metavar="DIR")
@@ -207,6 +291,12 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         model_file = test_import_export(work)
         test_relu_and_refusals(work, model_file)
+        if not (os.path.exists(TRAIN) and os.path.exists(TEST)):
+            print("SKIPPED (train_gpt2_fp32 or test_gpt2_fp32 not built): trainer against transformers")
+        elif not torch.cuda.is_available():
+            print("SKIPPED (no GPU): trainer against transformers")
+        else:
+            test_trainer_against_transformers(work)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

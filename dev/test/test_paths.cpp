@@ -1,7 +1,8 @@
-// Tests of llmc/paths.h (finding the bundled files from any directory) and of ./prepare_data
-// run from directories other than the repository root. Run from any directory, after
-// ./prepare_data is built: build/test_paths [name filter]. The repository root is the
-// parent of this binary's directory (build/).
+// Tests of llmc/paths.h (finding the bundled files from any directory) and of ./prepare_data,
+// ./train_gpt2_fp32 and ./test_gpt2_fp32 run from directories other than the repository root
+// (the last two also on a machine without a GPU: the files are found and checked before the GPU
+// is needed). Run from any directory, after the binaries are built: build/test_paths [name
+// filter]. The repository root is the parent of this binary's directory (build/).
 #include <filesystem>
 
 #include "dev/test/files.h"
@@ -36,11 +37,11 @@ struct InDir {
     }
 };
 
-static std::string quoted(const std::string& text) { return "'" + text + "'"; }
+static std::string shell_quoted(const std::string& text) { return "'" + text + "'"; }
 
 // Exit status of `command` run by the shell in `dir` (-1 if it did not exit normally).
 static int run_in(const std::string& dir, const std::string& command) {
-    int status = system(("cd " + quoted(dir) + " && " + command).c_str());
+    int status = system(("cd " + shell_quoted(dir) + " && " + command).c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -131,9 +132,9 @@ TEST(error_names_every_place_looked) {
 
 TEST(prepare_data_encode_and_decode_from_another_directory) {
     std::string dir = make_temp_dir("test_paths");
-    std::string bin = quoted(prepare_data_binary());
+    std::string bin = shell_quoted(prepare_data_binary());
     write_file(dir + "/hello.txt", "Hello world, caf\xc3\xa9!\n");
-    CHECK(run_in(repo_root(), "./prepare_data encode " + quoted(dir + "/hello.txt") + " > " + quoted(dir + "/root.ids")) == 0);
+    CHECK(run_in(repo_root(), "./prepare_data encode " + shell_quoted(dir + "/hello.txt") + " > " + shell_quoted(dir + "/root.ids")) == 0);
     CHECK(run_in(dir, bin + " encode hello.txt > elsewhere.ids 2> elsewhere.err") == 0);
     CHECK(read_file(dir + "/root.ids") == "15496 995 11 40304 0 198\n");
     CHECK(read_file(dir + "/elsewhere.ids") == read_file(dir + "/root.ids"));
@@ -143,7 +144,7 @@ TEST(prepare_data_encode_and_decode_from_another_directory) {
     CHECK(run_in(dir, "cat hello.txt | " + bin + " encode /dev/stdin > pipe.ids") == 0);  // a pipe has size 0
     CHECK(read_file(dir + "/pipe.ids") == read_file(dir + "/root.ids"));
     // --vocab anywhere after the mode.
-    std::string vocab = quoted(repo_root() + "/" + ENCODER_PATH);
+    std::string vocab = shell_quoted(repo_root() + "/" + ENCODER_PATH);
     CHECK(run_in(dir, bin + " encode --vocab " + vocab + " hello.txt > flag.ids") == 0);
     CHECK(run_in(dir, bin + " encode hello.txt --vocab " + vocab + " > flag_after.ids") == 0);
     CHECK(read_file(dir + "/flag.ids") == read_file(dir + "/root.ids"));
@@ -172,7 +173,7 @@ TEST(prepare_data_copy_outside_the_repository) {
 
 TEST(prepare_data_tinyshakespeare_from_another_directory) {
     std::string dir = make_temp_dir("test_paths");
-    std::string bin = quoted(prepare_data_binary());
+    std::string bin = shell_quoted(prepare_data_binary());
     CHECK(run_in(dir, bin + " tinyshakespeare --threads 4 > written.txt 2> /dev/null") == 0);
     std::string val = dir + "/dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
     std::string train = dir + "/dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
@@ -184,6 +185,78 @@ TEST(prepare_data_tinyshakespeare_from_another_directory) {
     CHECK(read_file(dir + "/out/tiny_shakespeare_train.bin") == read_file(train));
     CHECK(run_in(dir, bin + " tinyshakespeare -o out 2> exists.err") == 1);
     CHECK(read_file(dir + "/exists.err") == "error: out/tiny_shakespeare_val.bin already exists (use --force to overwrite)\n");
+    remove_dir(dir);
+}
+
+// ---------------------------------------------------------------------------------
+// ./train_gpt2_fp32 and ./test_gpt2_fp32 from other directories.
+
+static const char* const NO_GPU = "error: no CUDA GPU found";
+
+TEST(trainer_finds_the_bundled_data_and_vocabulary_from_another_directory) {
+    std::string dir = make_temp_dir("test_paths");
+    std::string bin = shell_quoted(repo_root() + "/train_gpt2_fp32");
+    // A GPU trains one step on tiny Shakespeare and prints a sample; without one, the run stops
+    // only for the GPU.
+    int status = run_in(dir, bin + " -e d12 -b 1 -t 32 -x 1 -v 1 -m 1 -s 1 -g 4 > train.out 2> train.err");
+    std::string err = read_file(dir + "/train.err");
+    CHECK(status == 0 || err.find(NO_GPU) == 0);
+    if (status != 0 && err.find(NO_GPU) != 0) { fprintf(stderr, "  %s", err.c_str()); }
+    CHECK(err.find("cannot find") == std::string::npos);
+    CHECK(run_in(dir, bin + " --tokenizer missing.json 2> flag.err") == 1);
+    CHECK(read_file(dir + "/flag.err") == "error: --tokenizer missing.json: No such file or directory\n");
+    CHECK(run_in(dir, bin + " -e " + shell_quoted(dir) + " 2> dir.err") == 1);
+    CHECK(read_file(dir + "/dir.err").find(dir + ": a directory without config.json") != std::string::npos ||
+          read_file(dir + "/dir.err").find(NO_GPU) == 0);
+    remove_dir(dir);
+}
+
+// Runs ./test_gpt2_fp32 in dir with `args`; its exit status, stdout and stderr in dir/test.out, .err.
+static int run_test_binary(const std::string& dir, const std::string& args) {
+    return run_in(dir, shell_quoted(repo_root() + "/test_gpt2_fp32") + " " + args + " > test.out 2> test.err");
+}
+
+TEST(test_binary_finds_the_bundled_fixture_from_another_directory) {
+    std::string dir = make_temp_dir("test_paths");
+    CHECK(run_test_binary(dir, "") == 0);
+    std::string out = read_file(dir + "/test.out");
+    CHECK(out.find(repo_root() + "/dev/test/fixtures/gpt2_small_softmax_state.bin") != std::string::npos);
+    CHECK(out.find("PASS") != std::string::npos || out.find("SKIPPED (no GPU)") == 0);
+    CHECK(run_test_binary(dir, "-m x.bin") == 1);
+    CHECK(read_file(dir + "/test.err").find("error: flags -m and -s go together") == 0);
+    remove_dir(dir);
+}
+
+// The classic files in the current directory are taken without flags; the tiny Hugging Face
+// fixture's twin and its classic (version 2) state stand in for GPT-2 124M's.
+TEST(test_binary_takes_the_classic_files_and_version_2_state) {
+    std::string dir = make_temp_dir("test_paths");
+    std::string fixtures = repo_root() + "/dev/test/fixtures/";
+    std::filesystem::copy_file(fixtures + "hf_tiny_model.bin", dir + "/gpt2_124M.bin");
+    CHECK(run_test_binary(dir, "") == 1);
+    CHECK(read_file(dir + "/test.err") == "error: cannot open gpt2_124M_debug_state.bin: No such file or directory\n");
+    std::string state = read_file(fixtures + "hf_tiny_classic_state.bin");
+    write_file(dir + "/gpt2_124M_debug_state.bin", state);
+    CHECK(run_test_binary(dir, "") == 0);
+    std::string out = read_file(dir + "/test.out");
+    CHECK(out.find("gpt2_124M_debug_state.bin") != std::string::npos);
+    CHECK(out.find("SKIPPED (no GPU)") == 0 ||
+          (out.find("(version 2)") != std::string::npos && out.find("no optimizer steps") != std::string::npos &&
+           out.find("PASS") != std::string::npos));
+    // the same state against the Hugging Face directory of the same model
+    CHECK(run_test_binary(dir, "-m " + shell_quoted(fixtures + "hf_tiny") + " -s gpt2_124M_debug_state.bin") == 0);
+    // defects: truncated, another version, a model of another vocabulary
+    write_file(dir + "/short.bin", state.substr(0, state.size() - 4));
+    CHECK(run_test_binary(dir, "-m gpt2_124M.bin -s short.bin") == 1);
+    CHECK(read_file(dir + "/test.err").find("short.bin: 607232 bytes, expected 607236") != std::string::npos);
+    std::string v3 = state;
+    v3[4] = 3;
+    write_file(dir + "/v3.bin", v3);
+    CHECK(run_test_binary(dir, "-m gpt2_124M.bin -s v3.bin") == 1);
+    CHECK(read_file(dir + "/test.err").find("version 3 not supported, expected 4 (train_gpt2.py) or 2 (classic)") !=
+          std::string::npos);
+    CHECK(run_test_binary(dir, "-m " + shell_quoted(fixtures + "gpt2_small_softmax_model.bin") + " -s gpt2_124M_debug_state.bin") == 1);
+    CHECK(read_file(dir + "/test.err").find("bytes, expected") != std::string::npos);
     remove_dir(dir);
 }
 
