@@ -5,8 +5,9 @@
 #   make test         build, run the CPU tests and the GPU test (SKIPPED without a GPU)
 #   make data         prepare the tiny Shakespeare shards
 #   make test-124m    GPT-2 124M-shape references from train_gpt2.py (needs PyTorch), then the GPU test
+#   make test-faults  the fault tests (NaN, divergence, signals, kills, corrupt files, full disk) in full
 #   make test-hf      hf_convert and (on a GPU) the trainer against transformers (needs PyTorch, transformers)
-#   make fuzz         the file parsers under ASan/UBSan, then their fuzz target for FUZZ_SECONDS (clang)
+#   make fuzz         the parsers and run guards under ASan/UBSan, then every fuzz target for FUZZ_SECONDS (clang)
 #   make fixtures     regenerate the committed small test fixtures (needs PyTorch)
 #   make bench-tokenizer   tokenizer throughput
 #   make clean
@@ -42,10 +43,10 @@ TRAIN_DATA := dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
 CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_launch build/test_zero build/test_json \
-             build/test_safetensors build/test_hf
+             build/test_safetensors build/test_hf build/test_guards
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer
 
-.PHONY: all train test data fixtures test-124m test-hf fuzz bench-tokenizer clean lab nccl-info
+.PHONY: all train test data fixtures test-124m test-hf test-faults fuzz bench-tokenizer clean lab nccl-info
 
 all: $(BINARIES) lab
 
@@ -93,12 +94,14 @@ test: all $(TRAIN_DATA)
 	build/test_json
 	build/test_safetensors
 	build/test_hf
+	build/test_guards
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/hf_tiny -s $(FIXTURES)/hf_tiny_classic_state.bin
 	dev/test/test_training_runs.sh
+	SIGNAL_TRIALS=3 KILL_TRIALS=3 dev/test/test_faults.sh
 	dev/test/test_multi_gpu.sh
 
 # The reference steps exercise gradient accumulation, clipping and a warmup + cosine schedule.
@@ -128,20 +131,41 @@ test-124m: test_gpt2_fp32 $(VAL_DATA)
 	  ./test_gpt2_fp32 -f 0 -m $(REF124)/$${kind}_model.bin -s $(REF124)/$${kind}_state.bin || exit 1; \
 	done
 
-# The file parsers under AddressSanitizer and UndefinedBehaviorSanitizer, then the safetensors and
-# JSON fuzz target (libFuzzer, clang) for FUZZ_SECONDS on a scratch copy of its committed corpus.
+# The file parsers and the run guards under AddressSanitizer and UndefinedBehaviorSanitizer, then
+# every fuzz target (libFuzzer, clang; fail() throws there) for FUZZ_SECONDS, all at once, each on
+# a scratch copy of its committed corpus; a target's output is shown when it ends, and make fails
+# if any target found a crash, a leak or a slow input.
 FUZZ_SECONDS ?= 30
 SANITIZE := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
-fuzz:
-	@mkdir -p build/fuzz_corpus
-	$(CXX) $(CXXFLAGS) $(SANITIZE) dev/test/test_safetensors.cpp -o build/test_safetensors_asan
-	$(CXX) $(CXXFLAGS) $(SANITIZE) dev/test/test_json.cpp -o build/test_json_asan
-	$(CXX) $(CXXFLAGS) $(SANITIZE) dev/test/test_hf.cpp -o build/test_hf_asan
-	build/test_safetensors_asan && build/test_json_asan && build/test_hf_asan
-	clang++ -std=c++17 -I. $(SANITIZE) -fsanitize=fuzzer dev/test/fuzz_safetensors.cpp -o build/fuzz_safetensors
-	cp dev/test/fuzz/safetensors/* build/fuzz_corpus/
-	build/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -dict=dev/test/fuzz/safetensors.dict \
-	  -artifact_prefix=build/ build/fuzz_corpus
+ASAN_TESTS := safetensors json hf tokenizer guards
+FUZZ_TARGETS := safetensors model_file shard tokenizer
+# The longest input each target tries: room for its format's header and a few records (a
+# tokenizer needs all 256 bytes); dictionaries for the text formats.
+FUZZ_FLAGS_safetensors := -max_len=4096 -dict=dev/test/fuzz/safetensors.dict
+FUZZ_FLAGS_model_file := -max_len=4096
+FUZZ_FLAGS_shard := -max_len=4096
+FUZZ_FLAGS_tokenizer := -max_len=16384 -dict=dev/test/fuzz/tokenizer.dict
+fuzz: $(ASAN_TESTS:%=build/test_%_asan) $(FUZZ_TARGETS:%=build/fuzz_%)
+	for t in $(ASAN_TESTS); do build/test_$${t}_asan || exit 1; done
+	$(MAKE) --no-print-directory -j$(words $(FUZZ_TARGETS)) --output-sync=target $(FUZZ_TARGETS:%=fuzz-run-%)
+
+build/test_%_asan: dev/test/test_%.cpp dev/test/testing.h $(wildcard dev/test/*.h) $(wildcard dev/data/*.h) $(LLMC_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) $(SANITIZE) $< -o $@
+
+build/fuzz_%: dev/test/fuzz_%.cpp $(wildcard dev/test/*.h) $(LLMC_HEADERS)
+	@mkdir -p build
+	clang++ -std=c++17 -I. -DFAIL_THROWS $(SANITIZE) -fsanitize=fuzzer $< -o $@
+
+fuzz-run-%:
+	rm -rf build/fuzz_corpus/$* && mkdir -p build/fuzz_corpus/$* && cp dev/test/fuzz/$*/* build/fuzz_corpus/$*/
+	build/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -timeout=10 $(FUZZ_FLAGS_$*) -artifact_prefix=build/fuzz_$*- \
+	  build/fuzz_corpus/$*
+
+# The fault tests with 10 signals and 20 kills at random times (about 12 minutes on an H200;
+# make test runs 3 of each).
+test-faults: train_gpt2_fp32 $(TRAIN_DATA)
+	dev/test/test_faults.sh
 
 # hf_convert and, on a GPU, the trainer against transformers (SKIPPED without PyTorch or transformers).
 test-hf: hf_convert train_gpt2_fp32 test_gpt2_fp32 $(TRAIN_DATA)

@@ -259,10 +259,10 @@ int main(int argc, char** argv) {
             gpt2_end_micro_step(&model);
         }
         if (st.num_steps > 0) {
-            gpt2_update(&model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip);
+            gpt2_update(&model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip, 0.0f);
         }
-        float step_loss, grad_norm;
-        gpt2_read_stats(&model, &step_loss, &grad_norm);
+        const StepStats* stats = gpt2_read_stats(&model);
+        float step_loss = stats->loss, grad_norm = stats->grad_norm;
         if (step == 0) {
             count(check_absolute("loss", step_loss, st.loss, tol.loss));
             std::vector<float> grads(model.num_parameters);

@@ -23,12 +23,15 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 #include <map>
 #include <vector>
 
+#include "llmc/checksum.h"       // defines: crc32c_update (checkpoint checksums)
 #include "llmc/comm.cuh"       // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
 #include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out
 #include "llmc/launch.h"         // defines: LaunchInfo, launchers' variables, --gpus, rendezvous
 #include "llmc/model_file.h"     // defines: the model file (header, tensor order), read and written
+#include "llmc/outlier.h"        // defines: OutlierWindow, the spike guard's z-score of the gradient norm
 #include "llmc/paths.h"          // defines: find_bundled_file (the vocabulary from any directory)
+#include "llmc/signals.h"        // defines: signals_install, signals_pending, EXIT_PREEMPTED
 #include "llmc/tokenizer.h"      // defines: Tokenizer (GPT-2 BPE)
 #include "llmc/utils.h"          // defines: fail, checked file I/O, atomic writes
 #include "llmc/zero.h"           // defines: ZeRO-1 shards, gradient buckets, the rank-ordered sum
@@ -1608,15 +1611,38 @@ typedef struct {
     unsigned int decay_mask;            // bit i: weight decay applies to tensor i
 } TensorTable;
 
-// The gradient is multiplied by *grad_scale, the clipping factor from grad_norm_finish_kernel.
-// Over n4 x 4 parameters from parameter 4*first4 on (a rank's slice; m and v hold the slice only).
-// One thread per 4 parameters (every tensor's size is a multiple of 4, so they share a tensor).
+// A step's numbers, kept on the device so that no step waits for the host: the update reads
+// its clipping factor, Adam's step count and whether to skip from here (grad_norm_finish_kernel
+// decides), and the host reads them back a step later (gpt2_queue_stats).
+typedef enum { SKIP_NONE = 0, SKIP_NONFINITE = 1, SKIP_SPIKE = 2 } SkipReason;
+
+typedef struct {
+    float loss;        // the step's mean loss (all micro-steps, summed over the ranks)
+    float grad_norm;   // global gradient norm, before clipping
+    float grad_scale;  // clipping factor applied to the gradients
+    float norm_z;      // the norm's z-score against the recent norms (0: no spike guard, or warming up)
+    int32_t skipped;   // SkipReason: the update was skipped, nothing changed
+    int32_t adam_step;  // updates applied so far: AdamW's t
+    float bias_correction1, bias_correction2_sqrt;  // 1 - beta1^t, sqrt(1 - beta2^t)
+    int32_t stop_requested;  // some rank had a stop signal (llmc/signals.h) when the step was queued
+    int32_t unused;
+    OutlierWindow recent_norms;  // the spike guard's window (llmc/outlier.h)
+} StepStats;
+
+// What the host reads back each step: everything before the window.
+static const size_t STEP_STATS_REPORTED = offsetof(StepStats, recent_norms);
+
+// The gradient is multiplied by stats->grad_scale, the clipping factor from grad_norm_finish_kernel;
+// nothing changes when it skipped the step. Over n4 x 4 parameters from parameter 4*first4 on (a
+// rank's slice; m and v hold the slice only). One thread per 4 parameters (every tensor's size is
+// a multiple of 4, so they share a tensor).
 __global__ void adamw_kernel(float4* params, float4* m_memory, float4* v_memory, const float4* grads, size_t n4,
-                             size_t first4, TensorTable table, const float* grad_scale, float lr, float beta1,
-                             float beta2, float bias_correction1, float bias_correction2_sqrt, float eps,
-                             float weight_decay) {
+                             size_t first4, TensorTable table, const StepStats* stats, float lr, float beta1,
+                             float beta2, float eps, float weight_decay) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n4) { return; }
+    if (i >= n4 || stats->skipped != SKIP_NONE) { return; }
+    float grad_scale = stats->grad_scale, bias_correction1 = stats->bias_correction1;
+    float bias_correction2_sqrt = stats->bias_correction2_sqrt;
     int tensor = 0;
     while (4 * (first4 + i) >= table.end[tensor]) { tensor++; }
     float decay = (table.decay_mask >> tensor) & 1u ? weight_decay : 0.0f;
@@ -1626,7 +1652,7 @@ __global__ void adamw_kernel(float4* params, float4* m_memory, float4* v_memory,
     float* v = &v4.x;
     float* p = &p4.x;
     for (int k = 0; k < 4; k++) {
-        float grad = g[k] * *grad_scale;
+        float grad = g[k] * grad_scale;
         m[k] = beta1 * m[k] + (1.0f - beta1) * grad;
         v[k] = beta2 * v[k] + (1.0f - beta2) * grad * grad;
         p[k] = p[k] * (1.0f - lr * decay);
@@ -1641,8 +1667,10 @@ __global__ void adamw_kernel(float4* params, float4* m_memory, float4* v_memory,
 // the ranks of a data-parallel run can exchange the partial sums in between: block b of
 // grad_norm_partials_kernel sums the squares of chunk first_chunk + b (ZERO_CHUNK floats) into
 // partials[first_chunk + b]; grad_norm_finish_kernel sums partials[0..num_chunks) in a fixed
-// order and writes norm_scale[0] = ||g||, norm_scale[1] = min(1, max_norm / (||g|| + 1e-6)) (1 if
-// max_norm <= 0). The chunks do not depend on the number of ranks, so neither does the norm.
+// order into ||g|| and decides the update (UpdateGuard): skipped if the loss or the norm is not
+// finite, or if the norm is a spike (more than spike_z standard deviations above the recent
+// norms' mean); else clipped by min(1, max_norm / (||g|| + 1e-6)) (1 if max_norm <= 0), and Adam's
+// step count advances. The chunks do not depend on the number of ranks, so neither does the norm.
 static const int GRAD_NORM_THREADS = 1024;
 
 __global__ void grad_norm_partials_kernel(float* partials, const float4* grads, size_t n4, size_t first_chunk) {
@@ -1654,15 +1682,29 @@ __global__ void grad_norm_partials_kernel(float* partials, const float4* grads, 
     if (threadIdx.x == 0) { partials[chunk] = sum; }
 }
 
-__global__ void grad_norm_finish_kernel(float* norm_scale, const float* partials, size_t num_chunks, float max_norm) {
+typedef struct {
+    float max_norm;  // clipping, 0 = off
+    float spike_z;   // skip a norm this many standard deviations above the recent ones, 0 = off
+    float beta1, beta2;
+} UpdateGuard;
+
+__global__ void grad_norm_finish_kernel(StepStats* stats, const float* partials, size_t num_chunks, UpdateGuard guard) {
     float total = 0.0f;
     for (size_t chunk = threadIdx.x; chunk < num_chunks; chunk += blockDim.x) { total += partials[chunk]; }
     total = block_sum(total);
-    if (threadIdx.x == 0) {
-        float norm = sqrtf(total);
-        norm_scale[0] = norm;
-        norm_scale[1] = max_norm > 0.0f ? fminf(1.0f, max_norm / (norm + 1e-6f)) : 1.0f;
-    }
+    if (threadIdx.x != 0) { return; }
+    float norm = sqrtf(total);
+    bool finite = isfinite(norm) && isfinite(stats->loss);
+    float z = finite && guard.spike_z > 0.0f ? (float)outlier_zscore(&stats->recent_norms, norm) : 0.0f;
+    if (finite) { outlier_push(&stats->recent_norms, norm); }
+    stats->grad_norm = norm;
+    stats->norm_z = z;
+    stats->skipped = !finite ? SKIP_NONFINITE : guard.spike_z > 0.0f && z > guard.spike_z ? SKIP_SPIKE : SKIP_NONE;
+    if (stats->skipped != SKIP_NONE) { return; }
+    stats->grad_scale = guard.max_norm > 0.0f ? fminf(1.0f, guard.max_norm / (norm + 1e-6f)) : 1.0f;
+    int t = ++stats->adam_step;
+    stats->bias_correction1 = 1.0f - powf(guard.beta1, (float)t);
+    stats->bias_correction2_sqrt = sqrtf(1.0f - powf(guard.beta2, (float)t));
 }
 
 // The partial sums of chunks [first_chunk, end_chunk) of grads (num_parameters floats).
@@ -1674,9 +1716,9 @@ static void grad_norm_partials(float* partials, const float* grads, size_t num_p
     cudaCheck(cudaGetLastError());
 }
 
-static void grad_norm_finish(float* norm_scale, const float* partials, size_t num_chunks, float max_norm,
+static void grad_norm_finish(StepStats* stats, const float* partials, size_t num_chunks, UpdateGuard guard,
                              cudaStream_t stream = 0) {
-    grad_norm_finish_kernel<<<1, GRAD_NORM_THREADS, 0, stream>>>(norm_scale, partials, num_chunks, max_norm);
+    grad_norm_finish_kernel<<<1, GRAD_NORM_THREADS, 0, stream>>>(stats, partials, num_chunks, guard);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1717,11 +1759,16 @@ static void ordered_sum(float* dst, const float* received, size_t stride, size_t
     cudaCheck(cudaGetLastError());
 }
 
-// out[0] = parts[0] + parts[1] + ... in rank order (the loss shares of the ranks).
-__global__ void sum_in_order_kernel(float* out, const float* parts, int n) {
-    float sum = parts[0];
-    for (int i = 1; i < n; i++) { sum += parts[i]; }
-    out[0] = sum;
+// The ranks' shares (loss, stop request) of a step, shares[2r], shares[2r + 1]: the loss summed in
+// rank order, and a stop if any rank asked for one.
+__global__ void combine_shares_kernel(StepStats* stats, const float* shares, int world) {
+    float loss = shares[0], stop = shares[1];
+    for (int r = 1; r < world; r++) {
+        loss += shares[2 * r];
+        stop = fmaxf(stop, shares[2 * r + 1]);
+    }
+    stats->loss = loss;
+    stats->stop_requested = stop != 0.0f;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1762,12 +1809,7 @@ typedef struct {
     AttentionKind attention;
 } GPT2Config;
 
-[[maybe_unused]] static inline const char* parameter_name(int i) {
-    static const char* names[NUM_PARAMETER_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb",
-                                                       "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb",
-                                                       "fcprojw", "fcprojb", "lnfw", "lnfb"};
-    return names[i];
-}
+[[maybe_unused]] static inline const char* parameter_name(int i) { return MODEL_FILE_TENSOR_NAMES[i]; }
 
 // Weight decay applies to the 2-D tensors: both embeddings and the four weight matrices.
 static const unsigned int DECAYED_TENSORS = (1u << 0) | (1u << 1) | (1u << 4) | (1u << 6) | (1u << 10) | (1u << 12);
@@ -1921,11 +1963,10 @@ typedef struct {
     int micro;                  // the micro-step in progress
     float* received;       // the other ranks' gradients of this rank's slice: world - 1 slots of it
     float* norm_partials;  // gradient norm: one sum of squares per chunk, world * chunks_per_rank
-    float* loss_shares;    // the ranks' shares of the loss, world
+    float* loss_shares;    // the ranks' (loss, stop request) of a step, 2 * world
     cudaEvent_t comm_joined;  // hand-offs between the main stream and g_comm.stream
     TransposedWeights weights_t;
     float* weights_t_memory;
-    int adam_step;
     // activations, sized for at most max_B x max_T
     int max_B, max_T;
     int B, T;  // shape of the last forward pass
@@ -1946,8 +1987,9 @@ typedef struct {
     unsigned int *reduce_counters, *side_counters;
     // hand-offs between the streams in the backward pass (gpt2_backward)
     cudaEvent_t main_ready, dresidual_read, dqkv_read, mlp_grads_done, grads_done;
-    float* step_stats;  // device [3]: accumulated loss, gradient norm, clipping factor
-    float* stats_copies;  // pinned host [2][2]: the loss and norm of two steps in flight
+    StepStats* stats;         // device: the step's loss, norm and update decision
+    StepStats* stats_copies;  // pinned host [2]: their reported part, for the two steps in flight
+    float* stop_request;      // pinned host: 1 once this process was asked to stop (a signal)
     cudaEvent_t stats_copied[2];
 } GPT2;
 
@@ -1980,8 +2022,30 @@ static void gpt2_allocate_comm(GPT2* model) {
     size_t norm_partials = world * model->shard.chunks_per_rank;
     model->norm_partials = (float*)device_malloc(norm_partials * sizeof(float), "gradient norm partials");
     cudaCheck(cudaMemset(model->norm_partials, 0, norm_partials * sizeof(float)));
-    model->loss_shares = (float*)device_malloc(world * sizeof(float), "loss shares");
+    model->loss_shares = (float*)device_malloc(2 * world * sizeof(float), "loss shares");
     cudaCheck(cudaEventCreateWithFlags(&model->comm_joined, cudaEventDisableTiming));
+}
+
+static const int SPIKE_WINDOW_DEFAULT = 64;
+// Measured on a healthy run (make train's: GPT-2 124M, tiny Shakespeare, 300 steps): with W = 64
+// the largest z of the gradient norm was 2.96, so 6 leaves twice that margin, while a real loss
+// spike multiplies the norm many times over (z far above 6).
+static const float SPIKE_Z_DEFAULT = 6.0f;
+
+// The step statistics start with no update applied and an empty spike window of `window` norms.
+static void gpt2_reset_step_stats(GPT2* model, int window) {
+    StepStats initial = {};
+    outlier_init(&initial.recent_norms, window);
+    cudaCheck(cudaMemcpy(model->stats, &initial, sizeof(initial), cudaMemcpyHostToDevice));
+}
+
+static void gpt2_allocate_step_stats(GPT2* model) {
+    model->stats = (StepStats*)device_malloc(sizeof(StepStats), "step statistics");
+    gpt2_reset_step_stats(model, SPIKE_WINDOW_DEFAULT);
+    cudaCheck(cudaMallocHost(&model->stats_copies, 2 * sizeof(StepStats)));
+    cudaCheck(cudaMallocHost(&model->stop_request, sizeof(float)));
+    *model->stop_request = 0.0f;
+    for (cudaEvent_t& event : model->stats_copied) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
 }
 
 // Allocates parameters, gradients and this rank's AdamW moments on the device (values not set).
@@ -2003,6 +2067,7 @@ static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     cudaCheck(cudaMemset(model->m_memory, 0, owned_bytes));
     cudaCheck(cudaMemset(model->v_memory, 0, owned_bytes));
     gpt2_allocate_comm(model);
+    gpt2_allocate_step_stats(model);
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
     size_t Vp = config->padded_vocab_size, C = config->channels, L = config->num_layers;
@@ -2140,10 +2205,6 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
                                &model->grads_done}) {
         cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
     }
-    model->step_stats = (float*)device_malloc(3 * sizeof(float), "step statistics");
-    cudaCheck(cudaMemset(model->step_stats, 0, 3 * sizeof(float)));
-    cudaCheck(cudaMallocHost(&model->stats_copies, 4 * sizeof(float)));
-    for (cudaEvent_t& event : model->stats_copied) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
     cudaCheck(cudaMallocHost(&model->staging, (6 * BT + 2 * max_groups + 1) * sizeof(int)));
     cudaCheck(cudaEventCreateWithFlags(&model->upload_done, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(model->upload_done));
@@ -2192,7 +2253,7 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
                       c->padded_vocab_size);
     }
     if (with_targets) {
-        accumulate_loss_kernel<<<1, 1024>>>(model->step_stats, a.losses, (int)BT, loss_weight);
+        accumulate_loss_kernel<<<1, 1024>>>(&model->stats->loss, a.losses, (int)BT, loss_weight);
         cudaCheck(cudaGetLastError());
     }
 }
@@ -2268,7 +2329,7 @@ static void gpt2_read_logits(const GPT2* model, size_t row, int n, float* logits
                            cudaMemcpyDeviceToHost));
 }
 
-static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(model->step_stats, 0, sizeof(float))); }
+static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(&model->stats->loss, 0, sizeof(float))); }
 
 // The main stream waits for the work queued so far on g_comm.stream.
 static void gpt2_join_comm(GPT2* model) { stream_waits(0, g_comm.stream, model->comm_joined); }
@@ -2389,8 +2450,25 @@ static void gpt2_wait_for_comm(GPT2* model, cudaEvent_t* marks) {
     if (marks != NULL) { cudaCheck(cudaEventRecord(marks[1])); }
 }
 
-// AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0);
-// the norm stays on the device (gpt2_read_stats reads it). With several ranks (ZeRO-1), each
+// The step's loss and stop request, combined over the ranks on every rank, so that all of them
+// make the same decisions (skip, stop) from the same numbers.
+static void gpt2_share_step_stats(GPT2* model) {
+    const Comm* comm = &g_comm;
+    float* own = model->loss_shares + 2 * comm->rank;
+    cudaCheck(cudaMemcpyAsync(own, &model->stats->loss, sizeof(float), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpyAsync(own + 1, model->stop_request, sizeof(float), cudaMemcpyHostToDevice));
+    if (comm->world > 1) {
+        stream_waits(comm->stream, 0, model->comm_joined);
+        comm_all_gather(comm, model->loss_shares, 2);
+        gpt2_join_comm(model);
+    }
+    combine_shares_kernel<<<1, 1>>>(model->stats, model->loss_shares, comm->world);
+    cudaCheck(cudaGetLastError());
+}
+
+// AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0),
+// or skipped when the loss or norm is not finite or the norm is a spike (spike_z > 0); the
+// decision and the norm stay on the device (gpt2_read_stats reads them). With several ranks (ZeRO-1), each
 // sends every other rank its gradients of that rank's slice, each owner sums the ranks' gradients
 // of its slice in rank order and updates its slice, then every rank gathers all parameters.
 // (Measured slower on 2 H200s, d12 B=16: moving each layer's gradients during the backward pass,
@@ -2400,10 +2478,11 @@ static void gpt2_wait_for_comm(GPT2* model, cudaEvent_t* marks) {
 // comm_marks: 6 timing events around the three waits for communication (the gradients, the
 // norm's partials, the parameters), or NULL.
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
-                        float max_norm, cudaEvent_t* comm_marks = NULL) {
+                        float max_norm, float spike_z, cudaEvent_t* comm_marks = NULL) {
     const Comm* comm = &g_comm;
     const ZeroShard* shard = &model->shard;
     auto marks = [&](int wait) { return comm_marks != NULL ? comm_marks + 2 * wait : NULL; };
+    gpt2_share_step_stats(model);
     if (comm->world > 1) {
         size_t owned = shard->end - shard->begin;
         stream_waits(comm->stream, 0, model->comm_joined);
@@ -2418,22 +2497,18 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
         comm_all_gather(comm, model->norm_partials, shard->chunks_per_rank);
         gpt2_wait_for_comm(model, marks(1));
     }
-    grad_norm_finish(model->step_stats + 1, model->norm_partials, shard->num_chunks, max_norm);
-    model->adam_step++;
+    grad_norm_finish(model->stats, model->norm_partials, shard->num_chunks, UpdateGuard{max_norm, spike_z, beta1, beta2});
     TensorTable table;
     size_t end = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { table.end[i] = end += model->param_sizes[i]; }
     table.decay_mask = DECAYED_TENSORS;
-    float bias_correction1 = 1.0f - powf(beta1, (float)model->adam_step);
-    float bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)model->adam_step));
     size_t owned4 = (shard->end - shard->begin) / 4;
     if (owned4 > 0) {
         adamw_kernel<<<ceil_div(owned4, 256), 256>>>((float4*)(model->params_memory + shard->begin),
                                                     (float4*)model->m_memory, (float4*)model->v_memory,
                                                     (const float4*)(model->grads_memory + shard->begin), owned4,
-                                                    shard->begin / 4, table, model->step_stats + 2, lr, beta1,
-                                                    beta2, bias_correction1, bias_correction2_sqrt, eps,
-                                                    weight_decay);
+                                                    shard->begin / 4, table, model->stats, lr, beta1, beta2,
+                                                    eps, weight_decay);
         cudaCheck(cudaGetLastError());
     }
     if (comm->world > 1) {
@@ -2442,20 +2517,6 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
         gpt2_wait_for_comm(model, marks(2));
     }
     gpt2_transpose_weights(model);
-}
-
-// The loss on the device is this rank's share; with several ranks, make it the sum of the
-// shares in rank order on every rank.
-static void gpt2_sum_loss_over_ranks(GPT2* model) {
-    const Comm* comm = &g_comm;
-    if (comm->world == 1) { return; }
-    cudaCheck(cudaMemcpyAsync(model->loss_shares + comm->rank, model->step_stats, sizeof(float),
-                              cudaMemcpyDeviceToDevice));
-    stream_waits(comm->stream, 0, model->comm_joined);
-    comm_all_gather(comm, model->loss_shares, 1);
-    gpt2_join_comm(model);
-    sum_in_order_kernel<<<1, 1>>>(model->step_stats, model->loss_shares, comm->world);
-    cudaCheck(cudaGetLastError());
 }
 
 // FNV-1a over the bits of every parameter: equal checksums mean bit-identical weights.
@@ -2467,31 +2528,30 @@ static uint64_t gpt2_weights_checksum(const GPT2* model) {
     return hash;
 }
 
-// The loss accumulated since gpt2_reset_loss and the gradient norm of the last update: queued
-// into copy slot 0 or 1 without waiting, so that the next step can be queued before this one is
-// read (gpt2_wait_stats); gpt2_read_stats does both.
+// The step's statistics (loss, norm, the update's decision): queued into copy slot 0 or 1 without
+// waiting, so that the next step can be queued before this one is read (gpt2_wait_stats);
+// gpt2_read_stats does both.
 static void gpt2_queue_stats(GPT2* model, int slot) {
-    cudaCheck(cudaMemcpyAsync(model->stats_copies + 2 * slot, model->step_stats, 2 * sizeof(float),
-                              cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpyAsync(model->stats_copies + slot, model->stats, STEP_STATS_REPORTED, cudaMemcpyDeviceToHost));
     cudaCheck(cudaEventRecord(model->stats_copied[slot]));
 }
 
-static void gpt2_wait_stats(const GPT2* model, int slot, float* loss, float* grad_norm) {
+static const StepStats* gpt2_wait_stats(const GPT2* model, int slot) {
     comm_wait(&g_comm, model->stats_copied[slot]);
-    *loss = model->stats_copies[2 * slot];
-    *grad_norm = model->stats_copies[2 * slot + 1];
+    return &model->stats_copies[slot];
 }
 
-static void gpt2_read_stats(GPT2* model, float* loss, float* grad_norm) {
+static const StepStats* gpt2_read_stats(GPT2* model) {
     gpt2_queue_stats(model, 0);
-    gpt2_wait_stats(model, 0, loss, grad_norm);
+    return gpt2_wait_stats(model, 0);
 }
 
 static void gpt2_free(GPT2* model) {
     float* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                         model->micro_grads_memory, model->received, model->norm_partials, model->loss_shares,
-                        model->acts_memory, model->reduce_partials, model->step_stats};
+                        model->acts_memory, model->reduce_partials};
     for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
+    cudaCheck(cudaFree(model->stats));
     cudaCheck(cudaEventDestroy(model->comm_joined));
     int* int_buffers[] = {model->inputs,         model->targets,       model->bucket_tokens, model->bucket_starts,
                           model->bucket_positions, model->bucket_groups, model->group_bounds,
@@ -2507,6 +2567,7 @@ static void gpt2_free(GPT2* model) {
     }
     cudaCheck(cudaFreeHost(model->staging));
     cudaCheck(cudaFreeHost(model->stats_copies));
+    cudaCheck(cudaFreeHost(model->stop_request));
     for (cudaEvent_t event : model->stats_copied) { cudaCheck(cudaEventDestroy(event)); }
     cudaCheck(cudaEventDestroy(model->upload_done));
 }
@@ -2562,6 +2623,8 @@ typedef struct {
     int32_t B, T, micro_batches, max_steps, warmup_steps, schedule, attention, use_tf32, overfit_single_batch;
     float lr, final_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
+    float spike_z;         // -sg: skip an update whose norm is this many std devs above the recent ones
+    int32_t spike_window;  // --spike-window: how many recent norms
 } RunShape;
 
 // Learning rate of step (0-based): linear warmup to lr, then the decay to final_lr_frac * lr.
@@ -2634,6 +2697,8 @@ typedef struct {
     int val_every, val_batches, sample_every, gen_tokens;
     int checkpoint_every, checkpoint_keep, resume, force;
     int stop_at;        // --stop-at: exit at this step after checkpointing (0: run to the end)
+    int max_skips;      // --max-skips: consecutive skipped updates that end the run
+    int debug_nan_step;  // --debug-nan-step: a test hook, NaN gradients at this step (-1: off)
     float peak_tflops;  // 0: from the table of known GPUs
 } TrainArgs;
 
@@ -2662,6 +2727,12 @@ static void print_usage() {
         "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
         "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
         "  -a 0|1      overfit a single batch (default 0)\n"
+        "guards (a skipped update changes no weight, moment or Adam step count)\n"
+        "  -sg Z       skip an update whose gradient norm is more than Z standard deviations above the\n"
+        "              mean of the last W norms, 0 = off (default %g)\n"
+        "  --spike-window W    W for -sg, 2..64 (default 64)\n"
+        "  --max-skips K       stop the run after K consecutive skipped updates (default 5); an update\n"
+        "              with a non-finite loss or gradient norm is always skipped\n"
         "several GPUs (one process each; NCCL)\n"
         "  --gpus N, -ng N       start N processes on this node's first N GPUs (no launcher needed)\n"
         "  --rendezvous-dir DIR  meet through files in DIR (a shared filesystem) instead of TCP at\n"
@@ -2680,7 +2751,7 @@ static void print_usage() {
         "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
         "  --tokenizer FILE     vocabulary for printing samples (default: the bundled dev/data/gpt2_encoder.json)\n"
         "  --peak-tflops F      TF32 peak of one GPU for MFU (default: a table of known GPUs)\n"
-        "  -h          this help\n");
+        "  -h          this help\n", SPIKE_Z_DEFAULT);
 }
 
 static int parse_int_flag(const char* flag, const char* value) {
@@ -2715,8 +2786,11 @@ static const char* const GPT2_VOCABULARY = "dev/data/gpt2_encoder.json";
 // The flags; world: the number of GPUs (processes) of the run, which -d must divide among.
 static TrainArgs parse_args(int argc, char** argv, int world) {
     TrainArgs args = {};
-    args.shape = RunShape{4, 1024, 1, -1, 0, SCHEDULE_COSINE, -1, 1, 0, 3e-4f, 0.0f, 0.0f, 0.9f, 0.95f, 1e-8f, 1.0f, 1337};
+    args.shape = RunShape{4, 1024, 1, -1, 0, SCHEDULE_COSINE, -1, 1, 0, 3e-4f, 0.0f, 0.0f, 0.9f, 0.95f, 1e-8f, 1.0f, 1337,
+                          SPIKE_Z_DEFAULT, SPIKE_WINDOW_DEFAULT};
     args.model = "d12";
+    args.max_skips = 5;
+    args.debug_nan_step = -1;
     args.val_every = 20;
     args.val_batches = 20;
     args.sample_every = 20;
@@ -2761,6 +2835,10 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
         else if (strcmp(flag, "--beta2") == 0) { r->beta2 = parse_float_flag(flag, value); }
         else if (strcmp(flag, "--eps") == 0) { r->eps = parse_float_flag(flag, value); }
         else if (strcmp(flag, "-gc") == 0) { r->grad_clip = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "-sg") == 0) { r->spike_z = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "--spike-window") == 0) { r->spike_window = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "--max-skips") == 0) { args.max_skips = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "--debug-nan-step") == 0) { args.debug_nan_step = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-f") == 0) { r->use_tf32 = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-a") == 0) { r->overfit_single_batch = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-v") == 0) { args.val_every = parse_int_flag(flag, value); }
@@ -2793,6 +2871,9 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
     require(r->beta2 >= 0.0f && r->beta2 < 1.0f, "--beta2", "must be in [0, 1)");
     require(r->eps > 0.0f, "--eps", "must be positive");
     require(r->grad_clip >= 0.0f, "-gc", "must not be negative");
+    require(r->spike_z >= 0.0f, "-sg", "must not be negative (0: off)");
+    require(r->spike_window >= 2 && r->spike_window <= kOutlierCapacity, "--spike-window", "must be in [2, 64]");
+    require(args.max_skips >= 1, "--max-skips", "must be at least 1");
     require(r->use_tf32 == 0 || r->use_tf32 == 1, "-f", "must be 0 or 1");
     require(r->overfit_single_batch == 0 || r->overfit_single_batch == 1, "-a", "must be 0 or 1");
     require(args.val_every >= 0, "-v", "must not be negative");
@@ -2831,12 +2912,23 @@ static float tf32_peak_tflops(const char* device_name) {
 // of all parameters, whatever the number of GPUs that wrote it (each rank reads its slice).
 
 static const int STATE_MAGIC = 20240417;
-static const int STATE_VERSION = 2;  // 2: the data position counts batches of all micro-batches of a step
+static const int STATE_VERSION = 3;  // 3: a checksum and the spike guard's window
+static const int STATE_CHECKSUM_SLOT = 4;  // the CRC32C of the moments' bytes
+static const int STATE_WINDOW_SLOT = 112;  // the spike guard's OutlierWindow
 static_assert(sizeof(RunShape) <= 48 * sizeof(int), "RunShape must fit header slots 16..63");
 static_assert(sizeof(DataLoaderState) <= 32 * sizeof(int), "DataLoaderState must fit header slots 64..95");
+static_assert(STATE_WINDOW_SLOT * sizeof(int) + sizeof(OutlierWindow) <= 256 * sizeof(int), "the window must fit the header");
 
 static void checkpoint_path(char* out, size_t size, const char* dir, const char* kind, int step) {
     snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);
+}
+
+// CRC32C of a state file's header (its checksum slot taken as 0) and moments.
+static uint32_t state_checksum(const int* header, const float* moments, size_t count) {
+    int copy[256];
+    memcpy(copy, header, sizeof(copy));
+    copy[STATE_CHECKSUM_SLOT] = 0;
+    return crc32c_update(crc32c_update(0, copy, sizeof(copy)), moments, count * sizeof(float));
 }
 
 // Every rank calls it (the owners' moments are gathered on rank 0, through the gradients' memory,
@@ -2853,21 +2945,34 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
     checkpoint_path(path, sizeof(path), dir, "model", step);
     gpt2_write_model(model, path);
 
-    int header[256] = {STATE_MAGIC, STATE_VERSION, step, model->adam_step};
+    StepStats stats;
+    cudaCheck(cudaMemcpy(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost));
+    int header[256] = {STATE_MAGIC, STATE_VERSION, step, stats.adam_step};
     DataLoaderState loader_state = dataloader_state(loader);
     memcpy(&header[16], shape, sizeof(*shape));
     memcpy(&header[64], &loader_state, sizeof(loader_state));
     memcpy(&header[96], &g_sample_rng_state, sizeof(g_sample_rng_state));
+    memcpy(&header[STATE_WINDOW_SLOT], &stats.recent_norms, sizeof(stats.recent_norms));
+    header[STATE_CHECKSUM_SLOT] = (int)state_checksum(header, moments.data(), moments.size());
     checkpoint_path(path, sizeof(path), dir, "state", step);
+    for (size_t i = 0; i < moments.size(); i++) {
+        if (!isfinite(moments[i])) {
+            fail("%s: not written, AdamW's %s[%zu] is not finite (the previous checkpoints are kept)", path,
+                 i < P ? "m" : "v", i % P);
+        }
+    }
     AtomicFile out;
     open_atomic(&out, path);
-    fwrite_or_fail(header, sizeof(int), 256, out.file, out.tmp_path);
-    fwrite_or_fail(moments.data(), sizeof(float), moments.size(), out.file, out.tmp_path);
+    atomic_write_or_fail(&out, header, sizeof(int), 256);
+    atomic_write_or_fail(&out, moments.data(), sizeof(float), moments.size());
     commit_atomic(&out);
 
+    // `latest` names a step only once both of its files are complete
     snprintf(path, sizeof(path), "%s/latest", dir);
+    char latest[32];
+    int length = snprintf(latest, sizeof(latest), "%d\n", step);
     open_atomic(&out, path);
-    fprintf(out.file, "%d\n", step);
+    atomic_write_or_fail(&out, latest, 1, length);
     commit_atomic(&out);
 }
 
@@ -2895,6 +3000,68 @@ static int read_latest_step(const char* dir) {
     return step;
 }
 
+// What is wrong with the state file of `step` for a model of P parameters (header, size,
+// checksum, finite moments), or "".
+static std::string state_file_problem(const char* path, int step, size_t P) {
+    char message[4096 + 256];
+    FILE* file = fopen(path, "rb");
+    if (file == NULL) {
+        snprintf(message, sizeof(message), "cannot open %s: %s", path, strerror(errno));
+        return message;
+    }
+    int header[256];
+    std::vector<float> moments(2 * P);
+    int64_t expected = 256 * sizeof(int) + 2 * (int64_t)P * sizeof(float);
+    bool complete = file_size(path) == expected && fread(header, sizeof(int), 256, file) == 256 &&
+                    fread(moments.data(), sizeof(float), moments.size(), file) == moments.size();
+    fclose(file);
+    if (!complete) {
+        snprintf(message, sizeof(message), "%s: %lld bytes, expected %lld for this model (truncated or another model's)",
+                 path, (long long)file_size(path), (long long)expected);
+    } else if (header[0] != STATE_MAGIC || header[1] != STATE_VERSION || header[2] != step) {
+        snprintf(message, sizeof(message), "%s: magic %d version %d step %d, expected %d version %d step %d", path,
+                 header[0], header[1], header[2], STATE_MAGIC, STATE_VERSION, step);
+    } else if ((uint32_t)header[STATE_CHECKSUM_SLOT] != state_checksum(header, moments.data(), moments.size())) {
+        snprintf(message, sizeof(message), "%s: checksum mismatch (the file is corrupt)", path);
+    } else {
+        for (size_t i = 0; i < moments.size(); i++) {
+            if (!isfinite(moments[i])) {
+                snprintf(message, sizeof(message), "%s: AdamW's %s[%zu] is not finite", path, i < P ? "m" : "v", i % P);
+                return message;
+            }
+        }
+        return "";
+    }
+    return message;
+}
+
+// The newest checkpoint, at or before `latest`, whose model and state files are intact; each
+// damaged one is named on the way. Fails if none is.
+static int find_intact_checkpoint(const char* dir) {
+    int latest = read_latest_step(dir);
+    char pattern[4096];
+    snprintf(pattern, sizeof(pattern), "%s/model_*.bin", dir);
+    std::vector<std::string> models = dl_glob_sorted(pattern);
+    std::string newest_problem;
+    for (auto it = models.rbegin(); it != models.rend(); ++it) {
+        int step = -1;
+        if (sscanf(it->c_str() + it->rfind("model_"), "model_%d.bin", &step) != 1 || step > latest) { continue; }
+        ModelShape shape;
+        std::vector<float> params;
+        char state_path[4096];
+        checkpoint_path(state_path, sizeof(state_path), dir, "state", step);
+        std::string problem;
+        if (model_file_load(it->c_str(), &shape, &params, &problem)) {
+            problem = state_file_problem(state_path, step, params.size());
+        }
+        if (problem.empty()) { return step; }
+        printf0("checkpoint of step %d is damaged: %s; trying the one before\n", step, problem.c_str());
+        if (newest_problem.empty()) { newest_problem = problem; }
+    }
+    fail("flag -y: no intact checkpoint in %s%s%s", dir, newest_problem.empty() ? "" : " (the newest: ",
+         newest_problem.empty() ? "" : (newest_problem + ")").c_str());
+}
+
 #define REQUIRE_SAME(field, flag)                                                                    \
     if (memcmp(&saved.field, &current->field, sizeof(saved.field)) != 0) {                           \
         fail("flag %s: differs from the run being resumed (%s); resume with the run's flags", flag, path); \
@@ -2908,15 +3075,7 @@ static void load_run_state(const char* dir, int step, GPT2* model, const RunShap
     FILE* file = fopen_or_fail(path, "rb");
     int header[256];
     fread_or_fail(header, sizeof(int), 256, file, path);
-    if (header[0] != STATE_MAGIC) { fail("%s: bad magic %d, expected %d (not a run state)", path, header[0], STATE_MAGIC); }
-    if (header[1] != STATE_VERSION) { fail("%s: version %d not supported, expected %d", path, header[1], STATE_VERSION); }
-    if (header[2] != step) { fail("%s: holds step %d, expected %d", path, header[2], step); }
-    size_t P = model->num_parameters;
-    int64_t expected = 256 * sizeof(int) + 2 * (int64_t)P * sizeof(float);
-    if (file_size(path) != expected) {
-        fail("%s: %lld bytes, expected %lld for this model (truncated or another model's)", path,
-             (long long)file_size(path), (long long)expected);
-    }
+    size_t P = model->num_parameters;  // the file was checked by find_intact_checkpoint
     RunShape saved;
     memcpy(&saved, &header[16], sizeof(saved));
     REQUIRE_SAME(B, "-b") REQUIRE_SAME(T, "-t") REQUIRE_SAME(micro_batches, "-d") REQUIRE_SAME(max_steps, "-x")
@@ -2924,7 +3083,12 @@ static void load_run_state(const char* dir, int step, GPT2* model, const RunShap
     REQUIRE_SAME(overfit_single_batch, "-a") REQUIRE_SAME(lr, "-l") REQUIRE_SAME(final_lr_frac, "-q")
     REQUIRE_SAME(weight_decay, "-c") REQUIRE_SAME(beta1, "--beta1") REQUIRE_SAME(beta2, "--beta2")
     REQUIRE_SAME(eps, "--eps") REQUIRE_SAME(grad_clip, "-gc") REQUIRE_SAME(seed, "--seed")
-    model->adam_step = header[3];
+    REQUIRE_SAME(spike_z, "-sg") REQUIRE_SAME(spike_window, "--spike-window")
+    StepStats restored = {};
+    restored.adam_step = header[3];
+    memcpy(&restored.recent_norms, &header[STATE_WINDOW_SLOT], sizeof(restored.recent_norms));
+    if (!outlier_valid(&restored.recent_norms)) { fail("%s: the spike guard's window is malformed", path); }
+    cudaCheck(cudaMemcpy(model->stats, &restored, sizeof(restored), cudaMemcpyHostToDevice));
     DataLoaderState loader_state;
     memcpy(&loader_state, &header[64], sizeof(loader_state));
     dataloader_restore(loader, &loader_state);
@@ -2990,10 +3154,8 @@ static float validation_loss(GPT2* model, DataLoader* loader, int batches) {
         dataloader_next_batch(loader);
         gpt2_forward(model, loader->inputs, loader->targets, loader->B, loader->T, 1.0f / (batches * g_comm.world));
     }
-    gpt2_sum_loss_over_ranks(model);
-    float loss, grad_norm;
-    gpt2_read_stats(model, &loss, &grad_norm);
-    return loss;
+    gpt2_share_step_stats(model);
+    return gpt2_read_stats(model)->loss;
 }
 
 // FNV-1a of what must be the same on every rank: the flags that shape the run, the model's
@@ -3078,6 +3240,8 @@ typedef struct {
     // does not idle while the host loads a batch, logs and launches. A step's time is from when
     // the GPU could start it (queued, and the previous step done) to when it was seen done.
     int pending;  // the queued step not yet reported, or -1
+    int skips_in_a_row;   // updates skipped since the last applied one
+    bool stop_requested;  // a signal: the next step is the last
     double queued_at[2], last_done, timed_seconds;
     int timed_steps;
 } Run;
@@ -3119,14 +3283,20 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
     *run = Run();
     TrainArgs* args = &run->args;
     *args = parse_args(argc, argv, me->world);
+    signals_install();
     RunShape* r = &args->shape;
     if (!cuda_setup(r->use_tf32 == 1, me->local_rank)) {
         fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+");
     }
     comm_init(&g_comm, me, args->rendezvous_dir);
-    int resume_step = args->resume ? read_latest_step(args->output_dir) : -1;
+    if (args->output_dir != NULL && g_comm.rank == 0) {
+        int removed = remove_stale_temp_files(args->output_dir);
+        if (removed > 0) { printf0("removed %d temporary files of killed writers from %s\n", removed, args->output_dir); }
+    }
+    int resume_step = args->resume ? find_intact_checkpoint(args->output_dir) : -1;
     GPT2* model = &run->model;
     build_model(model, args, resume_step);
+    gpt2_reset_step_stats(model, r->spike_window);
     const GPT2Config* c = &model->config;
     r->attention = c->attention;
     if (r->T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, c->max_seq_len); }
@@ -3175,6 +3345,7 @@ static void run_step(Run* run, int step) {
     const std::vector<cudaEvent_t>& marks = run->phases.marks[slot];
     run->queued_at[slot] = wall_seconds();
     cudaCheck(cudaEventRecord(marks[0]));
+    if (signals_pending() != 0) { *model->stop_request = 1.0f; }
     gpt2_zero_grad(model);
     gpt2_reset_loss(model);
     for (int micro = 0; micro < run->micro_steps; micro++) {
@@ -3187,22 +3358,47 @@ static void run_step(Run* run, int step) {
         gpt2_end_micro_step(model);
         cudaCheck(cudaEventRecord(marks[2 * micro + 2]));
     }
+    if (step == run->args.debug_nan_step) { cudaCheck(cudaMemsetAsync(model->grads_memory, 0xff, sizeof(float))); }
     std::vector<cudaEvent_t>& comm_marks = run->phases.comm_marks[slot];
     gpt2_update(model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip,
-                comm_marks.empty() ? NULL : comm_marks.data());
-    gpt2_sum_loss_over_ranks(model);
+                r->spike_z, comm_marks.empty() ? NULL : comm_marks.data());
     cudaCheck(cudaEventRecord(marks.back()));
     gpt2_queue_stats(model, slot);
 }
 
 // Waits for the pending step and reports it (rank 0: console and main.log).
+// A skipped update is logged; max_skips of them in a row end the run. A stop request (a signal on
+// some rank) makes the next step the last: every rank reads the same numbers, so all stop there.
+static void run_guard(Run* run, int step, const StepStats* stats) {
+    run->stop_requested |= stats->stop_requested != 0;
+    if (stats->skipped == SKIP_NONE) {
+        run->skips_in_a_row = 0;
+        return;
+    }
+    char why[64];
+    if (stats->skipped == SKIP_SPIKE) {
+        snprintf(why, sizeof(why), "norm spike (z %.1f > %g)", stats->norm_z, run->args.shape.spike_z);
+    } else {
+        snprintf(why, sizeof(why), "non-finite %s", isfinite(stats->loss) ? "norm" : "loss");
+    }
+    printf0("s:%d skipped: %s\n", step, why);
+    if (run->log) {
+        fprintf(run->log, "s:%d skipped: %s\n", step, why);
+        fflush(run->log);
+    }
+    if (++run->skips_in_a_row >= run->args.max_skips) {
+        fail("step %d: %d updates in a row skipped, the last for a %s: the run diverged (lower -l, or resume from "
+             "an earlier checkpoint)", step + 1, run->skips_in_a_row, why);
+    }
+}
+
 static void run_report(Run* run) {
     if (run->pending < 0) { return; }
     int step = run->pending, slot = step % 2;
     const RunShape* r = &run->args.shape;
     run->pending = -1;
-    float loss, grad_norm;
-    gpt2_wait_stats(&run->model, slot, &loss, &grad_norm);
+    const StepStats* stats = gpt2_wait_stats(&run->model, slot);
+    float loss = stats->loss, grad_norm = stats->grad_norm;
     double now = wall_seconds(), seconds = now - std::max(run->queued_at[slot], run->last_done);
     run->last_done = now;
     if (step > run->start_step) {  // the first step of a process includes one-time setup
@@ -3223,6 +3419,7 @@ static void run_report(Run* run) {
                 seconds * 1e3, tokens / seconds, mfu);
         fflush(run->log);
     }
+    run_guard(run, step, stats);
 }
 
 // What is due before step `step` (or at the end): the report of the step in flight, a
@@ -3239,6 +3436,7 @@ static void run_periodic(Run* run, int step, bool last_step) {
     if (checkpoint_due) {
         write_checkpoint(args->output_dir, step, model, &args->shape, &run->train_loader);
         if (args->checkpoint_keep > 0 && g_comm.rank == 0) { prune_checkpoints(args->output_dir, args->checkpoint_keep); }
+        if (g_comm.rank == 0) { remove_stale_temp_files(args->output_dir); }
     }
     if (val_due) {
         float val_loss = validation_loss(model, &run->val_loader, run->val_batches);
@@ -3249,6 +3447,15 @@ static void run_periodic(Run* run, int step, bool last_step) {
         }
     }
     if (sample_due && g_comm.rank == 0) { generate(model, &run->tokenizer, std::min(args->gen_tokens, model->max_T - 1)); }
+    if (last_step && run->stop_requested) {
+        if (checkpoint_due) {
+            printf0("stopped by a signal after step %d: checkpoint %s/model_%08d.bin; resume with the same flags and "
+                    "-y 1 (exit status %d)\n", step, args->output_dir, step, EXIT_PREEMPTED);
+        } else {
+            printf0("stopped by a signal after step %d, no checkpoint written (%s; exit status %d)\n", step,
+                    args->output_dir == NULL ? "no -o" : "none since the start", EXIT_PREEMPTED);
+        }
+    }
 }
 
 static void run_finish(Run* run) {
@@ -3270,6 +3477,7 @@ static void run_finish(Run* run) {
 }
 
 int main(int argc, char** argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);  // a step's line reaches a log file as it is printed
     int gpus = launch_gpus_flag(argc, argv);
     LaunchInfo me = launch_info_from_env();
     if (gpus > 0 && me.world > 1) {
@@ -3285,14 +3493,15 @@ int main(int argc, char** argv) {
     run_init(&run, &me, argc, argv);
     int max_steps = run.args.shape.max_steps, stop_at = run.args.stop_at;
     for (int step = run.start_step; step <= max_steps; step++) {
-        bool last_step = step == max_steps || (stop_at > 0 && step == stop_at);
+        bool last_step = step == max_steps || (stop_at > 0 && step == stop_at) || run.stop_requested;
         run_periodic(&run, step, last_step);
         if (last_step) { break; }
         run_step(&run, step);
         run_report(&run);  // the previous step, while this one runs
         run.pending = step;
     }
+    bool preempted = run.stop_requested;
     run_finish(&run);
-    return 0;
+    return preempted ? EXIT_PREEMPTED : 0;
 }
 #endif

@@ -157,13 +157,13 @@ static inline int64_t dl_shard_token_count(const char* path) {
     FILE* f = fopen_or_fail(path, "rb");
     int32_t header[DATALOADER_HEADER_INTS];
     fread_or_fail(header, sizeof(int32_t), DATALOADER_HEADER_INTS, f, path);
+    fclose(f);  // before the checks: with FAIL_THROWS a failed one does not end the process
     if (header[0] != DATALOADER_MAGIC) {
         fail("%s: bad magic number %d (expected %d): not a token shard", path, header[0], DATALOADER_MAGIC);
     }
     if (header[1] != DATALOADER_VERSION) {
         fail("%s: unsupported shard version %d (expected %d)", path, header[1], DATALOADER_VERSION);
     }
-    fclose(f);
     int64_t count = header[2];
     int64_t expected_bytes = DATALOADER_HEADER_BYTES + count * (int64_t)sizeof(uint16_t);
     if (count < 0 || bytes != expected_bytes) {

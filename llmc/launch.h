@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/signals.h"
 #include "llmc/utils.h"
 
 extern char** environ;
@@ -343,7 +344,7 @@ static inline std::vector<uint64_t> launch_read_words(const char* path) {
 static inline void launch_write_atomic(const char* path, const void* data, size_t bytes) {
     AtomicFile af;
     open_atomic(&af, path);
-    fwrite_or_fail(data, 1, bytes, af.file, af.tmp_path);
+    atomic_write_or_fail(&af, data, 1, bytes);
     commit_atomic(&af);
 }
 
@@ -554,8 +555,8 @@ static inline std::vector<std::string> launch_child_env(int rank, int world, int
     return env;
 }
 
-// The launcher's own SIGINT/SIGTERM dispositions, from before it installed the forwarding.
-static struct sigaction g_launch_old_int, g_launch_old_term;
+// The launcher's own SIGINT/SIGTERM/SIGUSR1 dispositions, from before it installed the forwarding.
+static struct sigaction g_launch_old_int, g_launch_old_term, g_launch_old_usr1;
 
 // In a new child: default actions again (or ignored, as the launcher had them).
 static inline void launch_child_signals(void) {
@@ -564,6 +565,8 @@ static inline void launch_child_signals(void) {
     sigaction(SIGINT, &action, NULL);
     action.sa_handler = g_launch_old_term.sa_handler == SIG_IGN ? SIG_IGN : SIG_DFL;
     sigaction(SIGTERM, &action, NULL);
+    action.sa_handler = g_launch_old_usr1.sa_handler == SIG_IGN ? SIG_IGN : SIG_DFL;
+    sigaction(SIGUSR1, &action, NULL);
 }
 
 // Starts one rank and records its pid in *slot. SIGINT/SIGTERM wait (blocked) until then,
@@ -577,6 +580,7 @@ static inline void launch_spawn(char** child_argv, const std::vector<std::string
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &stop, &saved);
     pid_t parent = getpid();
     fflush(stdout);
@@ -584,6 +588,7 @@ static inline void launch_spawn(char** child_argv, const std::vector<std::string
     pid_t pid = fork();
     if (pid == 0) {
         launch_child_signals();
+        setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher only, which passes it on once
         pthread_sigmask(SIG_SETMASK, &saved, NULL);
         prctl(PR_SET_PDEATHSIG, SIGTERM);  // the ranks end with the launcher
         if (getppid() != parent) { _exit(1); }
@@ -622,8 +627,9 @@ static inline int launch_reap(int flags, int* status) {
 }
 
 // Runs `gpus` copies of this executable with argv minus --gpus/-ng N, each with RANK,
-// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, and waits. When one
-// fails, stops the others (SIGTERM, SIGKILL after 10 s) and returns its status.
+// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, and waits. SIGINT,
+// SIGTERM and SIGUSR1 are passed on to them. When one fails, stops the others (SIGTERM, SIGKILL
+// after 10 s) and returns its status; when they stopped for a signal (EXIT_PREEMPTED), returns that.
 static inline int launch_local(int gpus, int argc, char** argv) {
     std::vector<char*> child_argv;
     for (int i = 0; i < argc; i++) {
@@ -639,16 +645,22 @@ static inline int launch_local(int gpus, int argc, char** argv) {
     forward.sa_handler = launch_forward_signal;
     sigaction(SIGINT, &forward, &g_launch_old_int);
     sigaction(SIGTERM, &forward, &g_launch_old_term);
+    sigaction(SIGUSR1, &forward, &g_launch_old_usr1);
     for (int rank = 0; rank < gpus; rank++) {
         launch_spawn(child_argv.data(), launch_child_env(rank, gpus, port), &g_launch_children[rank]);
     }
     int result = 0, status = 0, alive = gpus;
+    bool preempted = false;
     while (result == 0 && alive > 0) {
         int rank = launch_reap(0, &status);
         if (rank < 0) { break; }
         alive--;
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { result = launch_report_exit(rank, status); }
+        preempted |= WIFEXITED(status) && WEXITSTATUS(status) == EXIT_PREEMPTED;
+        if (!WIFEXITED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != EXIT_PREEMPTED)) {
+            result = launch_report_exit(rank, status);
+        }
     }
+    if (result == 0 && preempted) { result = EXIT_PREEMPTED; }
     launch_forward_signal(SIGTERM);
     for (double kill_at = launch_now() + 10.0; alive > 0;) {
         if (launch_reap(WNOHANG, &status) >= 0) { alive--; continue; }
@@ -657,6 +669,7 @@ static inline int launch_local(int gpus, int argc, char** argv) {
     }
     sigaction(SIGINT, &g_launch_old_int, NULL);
     sigaction(SIGTERM, &g_launch_old_term, NULL);
+    sigaction(SIGUSR1, &g_launch_old_usr1, NULL);
     g_launch_num_children = 0;
     g_launch_children = NULL;
     return result;

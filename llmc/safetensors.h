@@ -521,12 +521,12 @@ static inline void safetensors_write_f32(const char* path, const std::vector<Saf
     for (int i = 0; i < 8; i++) { length[i] = (uint8_t)((uint64_t)json.size() >> (8 * i)); }
     AtomicFile af;
     open_atomic(&af, path);
-    fwrite_or_fail(length, 1, 8, af.file, af.tmp_path);
-    fwrite_or_fail(json.data(), 1, json.size(), af.file, af.tmp_path);
+    atomic_write_or_fail(&af, length, 1, 8);
+    atomic_write_or_fail(&af, json.data(), 1, json.size());
     for (const SafeTensorOut& t : tensors) {
         uint64_t bytes;
         safetensors_shape_bytes(t.shape, sizeof(float), &bytes);
-        fwrite_or_fail(t.data, 1, bytes, af.file, af.tmp_path);
+        atomic_write_or_fail(&af, t.data, 1, bytes);
     }
     commit_atomic(&af);
 }

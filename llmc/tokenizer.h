@@ -463,6 +463,10 @@ inline void load_tokenizer_bin(Tokenizer* tok, const char* path, const std::vect
     int32_t vocab_size = read_int32_le(&data[8]);
     if (version != 1 && version != 2) { fail("%s: unsupported version %d (expected 1 or 2)", path, version); }
     if (vocab_size <= 0) { fail("%s: bad vocab size %d", path, vocab_size); }
+    size_t token_area = data.size() - header_bytes;
+    if ((size_t)vocab_size > token_area) {  // checked before allocating for that many tokens
+        fail("%s: vocab size %d cannot fit in %zu bytes of tokens (a length byte each)", path, vocab_size, token_area);
+    }
     int64_t eot = version == 2 ? read_int32_le(&data[12]) : kGpt2EotToken;
     if (eot < 0 || eot >= vocab_size) { fail("%s: eot token %lld out of range (vocab size %d)", path, (long long)eot, vocab_size); }
     std::vector<std::string> tokens(vocab_size);
@@ -597,13 +601,16 @@ inline void tokenizer_write_bin(const Tokenizer* tok, const char* path) {
     int32_t header[kTokenizerBinHeaderInts] = {kTokenizerBinMagic, 2, (int32_t)tok->vocab_size, (int32_t)tok->eot_token};
     AtomicFile af;
     open_atomic(&af, path);
-    fwrite_or_fail(header, sizeof(header), 1, af.file, af.tmp_path);
+    atomic_write_or_fail(&af, header, sizeof(header), 1);
     for (uint32_t id = 0; id < tok->vocab_size; id++) {
         size_t len = token_length(tok, id);
-        if (len > 255) { fail("%s: token %u is %zu bytes, more than a .bin can hold", path, id, len); }
+        if (len > 255) {
+            abort_atomic(&af);
+            fail("%s: token %u is %zu bytes, more than a .bin can hold", path, id, len);
+        }
         uint8_t len_byte = (uint8_t)len;
-        fwrite_or_fail(&len_byte, 1, 1, af.file, af.tmp_path);
-        fwrite_or_fail(token_data(tok, id), 1, len, af.file, af.tmp_path);
+        atomic_write_or_fail(&af, &len_byte, 1, 1);
+        atomic_write_or_fail(&af, token_data(tok, id), 1, len);
     }
     commit_atomic(&af);
 }

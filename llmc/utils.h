@@ -1,10 +1,13 @@
 // Small host helpers shared by the trainer, the tests and the data tools:
-// one-line fatal errors, checked file I/O, and atomic file writes
-// (temporary file + fsync + rename, so a crash never leaves a half-written file).
+// one-line fatal errors, checked file I/O, atomic file writes (temporary file + fsync +
+// rename, so a crash never leaves a half-written file) and the removal of the temporary
+// files that killed writers left behind.
 #pragma once
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,15 +16,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// Prints "error: <message>" on one line to stderr and exits with status 1.
+#ifdef FAIL_THROWS
+#include <stdexcept>
+#include <string>
+
+// Compiled with -DFAIL_THROWS (the fuzz targets), fail() throws this instead of exiting, so that
+// a rejected input is an ordinary outcome rather than the end of the process.
+struct FailError : std::runtime_error {
+    explicit FailError(const std::string& message) : std::runtime_error(message) {}
+};
+#endif
+
+// Prints "error: <message>" on one line to stderr and exits with status 1 (with FAIL_THROWS:
+// throws FailError(<message>) and prints nothing).
 [[noreturn]] static inline void fail(const char* fmt, ...) {
     va_list args;
     va_start(args, fmt);
+#ifdef FAIL_THROWS
+    va_list again;
+    va_copy(again, args);
+    std::string message((size_t)vsnprintf(NULL, 0, fmt, args), '\0');
+    vsnprintf(&message[0], message.size() + 1, fmt, again);
+    va_end(again);
+    va_end(args);
+    throw FailError(message);
+#else
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, args);
     fprintf(stderr, "\n");
     va_end(args);
     exit(1);
+#endif
 }
 
 static inline FILE* fopen_or_fail(const char* path, const char* mode) {
@@ -60,8 +85,10 @@ static inline int64_t file_size(const char* path) {
 
 static inline bool file_exists(const char* path) { return access(path, F_OK) == 0; }
 
-// Atomic writes: open_atomic() returns a FILE* on "<path>.tmp.<pid>"; commit_atomic()
-// flushes, fsyncs and renames it over `path`. A crash in between leaves `path` untouched.
+// Atomic writes: open_atomic() returns a FILE* on "<path>.tmp.<pid>", atomic_write_or_fail()
+// writes to it, commit_atomic() flushes, fsyncs and renames it over `path`. A crash in between
+// leaves `path` untouched; a failed write, flush, fsync, close or rename (a full disk) removes
+// the temporary file and fails naming `path`.
 typedef struct {
     FILE* file;
     char path[4096];
@@ -75,18 +102,73 @@ static inline void open_atomic(AtomicFile* af, const char* path) {
     af->file = fopen_or_fail(af->tmp_path, "wb");
 }
 
-static inline void commit_atomic(AtomicFile* af) {
-    if (fflush(af->file) != 0 || fsync(fileno(af->file)) != 0) {
-        fail("%s: write failed: %s", af->tmp_path, strerror(errno));
-    }
-    if (fclose(af->file) != 0) { fail("%s: close failed: %s", af->tmp_path, strerror(errno)); }
-    if (rename(af->tmp_path, af->path) != 0) {
-        fail("cannot rename %s to %s: %s", af->tmp_path, af->path, strerror(errno));
-    }
-}
-
 // Drops an unfinished atomic write (on an error path that does not exit).
 static inline void abort_atomic(AtomicFile* af) {
-    fclose(af->file);
+    if (af->file != NULL) { fclose(af->file); }
+    af->file = NULL;
     remove(af->tmp_path);
+}
+
+// Drops the write and fails with the reason (an errno value), naming the final path.
+[[noreturn]] static inline void fail_atomic(AtomicFile* af, int error) {
+    abort_atomic(af);
+    fail("writing %s: %s (the previous files are kept)", af->path, strerror(error));
+}
+
+static inline void atomic_write_or_fail(AtomicFile* af, const void* src, size_t size, size_t count) {
+    if (count == 0) { return; }
+    if (fwrite(src, size, count, af->file) != count) { fail_atomic(af, errno); }
+}
+
+static inline void commit_atomic(AtomicFile* af) {
+    if (fflush(af->file) != 0 || fsync(fileno(af->file)) != 0) { fail_atomic(af, errno); }
+    int closed = fclose(af->file);
+    af->file = NULL;  // closed even when fclose reports an error
+    if (closed != 0) { fail_atomic(af, errno); }
+    if (rename(af->tmp_path, af->path) != 0) { fail_atomic(af, errno); }
+}
+
+// The writer's PID in a name of the form "<anything>.tmp.<digits>" (as open_atomic makes them),
+// or 0 for any other name, a leading zero or a number no PID can be.
+static inline pid_t atomic_temp_pid(const char* name) {
+    size_t end = strlen(name), start = end;
+    while (start > 0 && name[start - 1] >= '0' && name[start - 1] <= '9') { start--; }
+    if (start == end || end - start > 9 || name[start] == '0') { return 0; }
+    if (start < 5 || memcmp(name + start - 5, ".tmp.", 5) != 0) { return 0; }
+    return (pid_t)atol(name + start);
+}
+
+// Whether the temporary files of `pid` are stale: it has exited, or it is this process (which
+// calls remove_stale_temp_files only with no atomic write open).
+static inline bool atomic_writer_is_gone(pid_t pid) {
+    return pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH);
+}
+
+// Deletes the regular files in `dir` named "<anything>.tmp.<pid>" whose writer is gone (see
+// above) and returns how many; a missing `dir` has none. PIDs are this host's: call it only on
+// directories that no other host writes to.
+static inline int remove_stale_temp_files(const char* dir) {
+    DIR* listing = opendir(dir);
+    if (listing == NULL) {
+        if (errno == ENOENT) { return 0; }
+        fail("cannot list %s: %s", dir, strerror(errno));
+    }
+    int removed = 0;
+    for (struct dirent* entry; (entry = readdir(listing)) != NULL;) {
+        pid_t pid = atomic_temp_pid(entry->d_name);
+        if (pid == 0 || !atomic_writer_is_gone(pid)) { continue; }
+        char path[4096 + 256];
+        if (snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name) >= (int)sizeof(path)) { continue; }
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) { continue; }
+        if (unlink(path) == 0) {
+            removed++;
+        } else if (errno != ENOENT) {
+            int error = errno;
+            closedir(listing);
+            fail("cannot remove the stale temporary file %s: %s", path, strerror(error));
+        }
+    }
+    closedir(listing);
+    return removed;
 }

@@ -61,6 +61,7 @@ __global__ void scalar_table_kernel(float* params, float* m_memory, float* v_mem
 
 typedef struct {
     float *params, *m, *v, *grads, *grad_scale;
+    StepStats* stats;  // variant 2 reads the clipping factor and bias corrections from the step's stats
     float *params0, *m0, *v0;  // start values, restored before each run
     size_t n;
     TensorTable table;
@@ -81,9 +82,8 @@ static void launch_variant(int variant, const Buffers& d) {
         }
     } else if (variant == 2) {
         adamw_kernel<<<ceil_div(d.n / 4, 256), 256>>>((float4*)d.params, (float4*)d.m, (float4*)d.v,
-                                                      (const float4*)d.grads, d.n / 4, 0, d.table, d.grad_scale, h.lr,
-                                                      h.beta1, h.beta2, h.bias_correction1, h.bias_correction2_sqrt,
-                                                      h.eps, h.weight_decay);
+                                                      (const float4*)d.grads, d.n / 4, 0, d.table, d.stats, h.lr,
+                                                      h.beta1, h.beta2, h.eps, h.weight_decay);
         cudaCheck(cudaGetLastError());
     } else {
         scalar_table_kernel<<<ceil_div(d.n, 256), 256>>>(d.params, d.m, d.v, d.grads, d.n, d.table, d.grad_scale, h);
@@ -140,6 +140,13 @@ int main(int argc, char** argv) {
     d.params = gpu_floats(d.n), d.m = gpu_floats(d.n), d.v = gpu_floats(d.n), d.grads = gpu_floats(d.n);
     d.params0 = gpu_floats(d.n), d.m0 = gpu_floats(d.n), d.v0 = gpu_floats(d.n), d.grad_scale = gpu_floats(1);
     fill_uniform(d.grad_scale, 1, 0.5f, 1.0f);  // a clipping factor
+    StepStats stats = {};
+    stats.grad_scale = download(d.grad_scale, 1)[0];
+    stats.adam_step = step;
+    stats.bias_correction1 = d.h.bias_correction1;
+    stats.bias_correction2_sqrt = d.h.bias_correction2_sqrt;
+    cudaCheck(cudaMalloc(&d.stats, sizeof(StepStats)));
+    cudaCheck(cudaMemcpy(d.stats, &stats, sizeof(stats), cudaMemcpyHostToDevice));
     note("%zu parameters in %d tensors", d.n, NUM_PARAMETER_TENSORS);
     for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
         if (!variant_selected(variant)) { continue; }
@@ -150,6 +157,7 @@ int main(int argc, char** argv) {
         print_row("adamw", VARIANT_NAMES[variant], bench_ms(launch, restore), 7.0 * d.n * sizeof(float), CEILING_COPY,
                   error, TOLERANCE, det);
     }
+    cudaCheck(cudaFree(d.stats));
     gpu_free_all();
     return lab_finish();
 }

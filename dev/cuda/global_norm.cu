@@ -102,6 +102,7 @@ __global__ void scalar_last_block_kernel(float* norm_scale, float* partials, uns
 
 typedef struct {
     float *norm_scale, *grads, *partials, *total;
+    StepStats* stats;  // variant 4 writes the norm and the clipping factor there
     unsigned int* counter;
     size_t n;
 } Buffers;
@@ -125,7 +126,8 @@ static void launch_variant(int variant, const Buffers& d) {
     } else if (variant == 4) {
         size_t chunks = zero_div_up(d.n, ZERO_CHUNK);
         grad_norm_partials(d.partials, d.grads, d.n, 0, chunks);
-        grad_norm_finish(d.norm_scale, d.partials, chunks, MAX_NORM);
+        grad_norm_finish(d.stats, d.partials, chunks, UpdateGuard{MAX_NORM, 0.0f, 0.9f, 0.95f});
+        cudaCheck(cudaMemcpyAsync(d.norm_scale, &d.stats->grad_norm, 2 * sizeof(float), cudaMemcpyDeviceToDevice));
     } else {
         scalar_last_block_kernel<<<SCALAR_BLOCKS, BLOCK>>>(d.norm_scale, d.partials, d.counter, d.grads, d.n, MAX_NORM);
     }
@@ -142,6 +144,10 @@ int main(int argc, char** argv) {
     d.norm_scale = gpu_floats(2), d.grads = gpu_floats(d.n), d.partials = gpu_floats(std::max({(size_t)SCALAR_BLOCKS, zero_div_up(d.n, ZERO_CHUNK), (size_t)(2 * g_num_sms)}));
     d.total = gpu_floats(1), d.counter = (unsigned int*)gpu_ints(1);
     cudaCheck(cudaMemset(d.counter, 0, sizeof(unsigned int)));
+    StepStats stats = {};  // a finite loss, an empty spike window
+    outlier_init(&stats.recent_norms, 2);
+    cudaCheck(cudaMalloc(&d.stats, sizeof(StepStats)));
+    cudaCheck(cudaMemcpy(d.stats, &stats, sizeof(stats), cudaMemcpyHostToDevice));
     for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
         if (!variant_selected(variant)) { continue; }
         fill_uniform(d.grads, d.n, -1e-2f, 1e-2f);
@@ -158,6 +164,7 @@ int main(int argc, char** argv) {
         print_row("global_norm", VARIANT_NAMES[variant], bench_ms(launch), 4.0 * d.n, CEILING_COPY, error, TOLERANCE,
                   det);
     }
+    cudaCheck(cudaFree(d.stats));
     gpu_free_all();
     return lab_finish();
 }

@@ -301,8 +301,8 @@ static inline void write_shard(const std::string& path, const uint16_t* tokens, 
     header[2] = (int32_t)count;
     AtomicFile out;
     open_atomic(&out, path.c_str());
-    fwrite_or_fail(header, sizeof(int32_t), DATALOADER_HEADER_INTS, out.file, out.tmp_path);
-    fwrite_or_fail(tokens, sizeof(uint16_t), count, out.file, out.tmp_path);
+    atomic_write_or_fail(&out, header, sizeof(int32_t), DATALOADER_HEADER_INTS);
+    atomic_write_or_fail(&out, tokens, sizeof(uint16_t), count);
     commit_atomic(&out);
     if (verbose) {
         printf("wrote %s (%zu tokens)\n", path.c_str(), count);

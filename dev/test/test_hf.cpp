@@ -189,4 +189,12 @@ TEST(merges_from_the_vocabulary) {
     tokenizer_free(&tok);
 }
 
+// Found by fuzzing: a header whose parameter count wraps to 0 in 64 bits (L = 2^31-1, C = 2^30).
+TEST(model_file_with_an_overflowing_count_is_refused) {
+    ModelShape shape;
+    std::vector<float> params;
+    CHECK(expect_exit_failure([&]() { model_file_read("dev/test/fuzz/model_file/overflowing_count.bin", &shape, &params); },
+                              "over 2^40 parameters"));
+}
+
 TEST_MAIN()

@@ -485,6 +485,12 @@ TEST(bad_files_fail_with_one_line) {
     CHECK(load_fails_with(bin_image(2, 60000, gpt2_tokens()), "eot token 60000 out of range"));
     CHECK(load_fails_with(bin_image(2, 0, {"a", ""}), "token 1 has length 0"));
     CHECK(load_fails_with(bin_image(2, 1, {"a", "b", "a"}), "tokens 0 and 2 have the same bytes"));
+    // A header claiming 2^31 - 1 tokens in a tiny file fails before allocating for them (it
+    // asked for 64 GB of empty strings).
+    std::string huge = bin_image(2, 0, {"a"});
+    int32_t claimed = INT32_MAX;
+    memcpy(&huge[8], &claimed, 4);
+    CHECK(load_fails_with(huge, "vocab size 2147483647 cannot fit in 2 bytes of tokens (a length byte each)"));
 }
 
 TEST(bad_json_fails_with_one_line) {

@@ -2,7 +2,8 @@
 # GPU test of whole training runs of ./train_gpt2_fp32 (GPT-2 124M, B=4, T=256, 2 micro-steps):
 #  - the same seed and data give bit-identical losses, norms and weights; another seed does not;
 #  - 30 steps straight equal 15 steps + resume (-y 1) + 15 steps, bit for bit;
-#  - resume and output-directory mistakes give a one-line error and a non-zero exit.
+#  - resume and output-directory mistakes give a one-line error and a non-zero exit; a damaged
+#    latest checkpoint makes resume fall back to the one before.
 set -u
 cd "$(dirname "$0")/../.."
 if ! nvidia-smi -L > /dev/null 2>&1; then
@@ -35,7 +36,10 @@ mkdir -p "$work/empty"
 check "resume without a checkpoint fails" fails_with "has no checkpoint to resume from" $run -x 30 -o "$work/empty" -y 1
 check "a new run refuses a directory holding a run" fails_with "already holds a run" $run -x 30 -o "$work/resumed"
 head -c 5000 "$work/resumed/state_00000030.bin" > "$work/truncated" && mv "$work/truncated" "$work/resumed/state_00000030.bin"
-check "a truncated checkpoint fails" fails_with "truncated or another model's" $run -x 30 --seed 1 -n 15 -o "$work/resumed" -y 1
+$run -x 30 --seed 1 -n 15 -o "$work/resumed" -y 1 > "$work/fallback.log" 2>&1
+check "a truncated checkpoint: named, and resume falls back to the one before" \
+  grep -q "checkpoint of step 30 is damaged: .*truncated" "$work/fallback.log"
+check "the fallback resume is bit-identical" diff <(numbers_from "$work/straight.log" 16) <(numbers_from "$work/fallback.log" 16)
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

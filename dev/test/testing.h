@@ -1,6 +1,7 @@
 // A minimal unit-test runner: TEST(name) { ... CHECK(cond); ... } and main() from
 // TEST_MAIN(). Prints one line per failed check and closes with "N passed, N failed".
-// Tests that must see a process exit (fatal input errors) use expect_exit_failure().
+// Tests that must see a process exit (fatal input errors) use expect_exit_failure(), or
+// run_in_child() for its status and stderr.
 #pragma once
 
 #include <stdio.h>
@@ -33,12 +34,13 @@ struct TestRegistrar {
         }                                                                             \
     } while (0)
 
-// Runs fn(arg) in a child process with stderr captured; true if the child exited
-// non-zero and its stderr contains `expected` (a fragment of the one-line error).
+// Runs fn() in a child process with its stderr captured into err (err_size bytes, NUL-terminated);
+// returns the child's wait status. The child exits 0 if fn returns.
 template <typename F>
-static bool expect_exit_failure(F fn, const char* expected) {
+static int run_in_child(F fn, char* err, size_t err_size) {
     int pipefd[2];
-    if (pipe(pipefd) != 0) { return false; }
+    err[0] = '\0';
+    if (pipe(pipefd) != 0) { return -1; }
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
@@ -49,19 +51,27 @@ static bool expect_exit_failure(F fn, const char* expected) {
         _exit(0);
     }
     close(pipefd[1]);
-    char buf[4096];
     size_t len = 0;
     ssize_t n;
-    while ((n = read(pipefd[0], buf + len, sizeof(buf) - 1 - len)) > 0) { len += (size_t)n; }
-    buf[len] = '\0';
+    while ((n = read(pipefd[0], err + len, err_size - 1 - len)) > 0) { len += (size_t)n; }
+    err[len] = '\0';
     close(pipefd[0]);
     int status = 0;
     waitpid(pid, &status, 0);
+    return status;
+}
+
+// Runs fn() in a child process; true if the child exited non-zero and its stderr contains
+// `expected` (a fragment of the one-line error).
+template <typename F>
+static bool expect_exit_failure(F fn, const char* expected) {
+    char err[4096];
+    int status = run_in_child(fn, err, sizeof(err));
     bool failed = WIFEXITED(status) && WEXITSTATUS(status) != 0;
-    bool matched = strstr(buf, expected) != NULL;
+    bool matched = strstr(err, expected) != NULL;
     if (!failed || !matched) {
         fprintf(stderr, "  expected a failing exit with \"%s\", got status %d and stderr: %s\n",
-                expected, status, buf);
+                expected, status, err);
     }
     return failed && matched;
 }

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# GPU test of the faults a long run meets (./train_gpt2_fp32, GPT-2 124M at B=4, T=64):
+#  - NaN gradients at one step (the --debug-nan-step hook): the update is skipped, weights, moments
+#    and Adam's step count unchanged bit for bit, and the run goes on;
+#  - a divergent run (-l 1e3 -gc 0) stops non-zero after --max-skips skipped updates;
+#  - the spike guard (-sg) skips the same steps in a straight and in a resumed run;
+#  - a model with a NaN weight is refused at load, naming the tensor and index;
+#  - SIGTERM at random steps: a checkpoint, exit status 75, and the resumed run ends bit-identical
+#    to one never interrupted (SIGNAL_TRIALS times);
+#  - kill -9 at random times, mostly while checkpoints are being written, then resume: bit-identical
+#    to the straight run, and no temporary file left behind (KILL_TRIALS times);
+#  - a flipped byte in the latest state file: resume falls back to the checkpoint before it;
+#  - a full disk (a file-size limit) while checkpointing: an error naming the file, the previous
+#    checkpoint kept, no temporary file left.
+set -u
+cd "$(dirname "$0")/../.."
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "SKIPPED (no GPU): fault tests (guards, signals, kills, corrupt checkpoints)"
+  exit 0
+fi
+SIGNAL_TRIALS=${SIGNAL_TRIALS:-10}
+KILL_TRIALS=${KILL_TRIALS:-20}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+run="./train_gpt2_fp32 -e d12 -b 4 -t 64 -l 6e-4 -u 3 -c 0.1 -v 0 -s 0 --seed 7"
+source dev/test/runs.sh
+checksum() { grep '^weights checksum' "$1"; }
+no_temp_files() { ! ls "$1" | grep -q '\.tmp\.'; }
+differ() { ! cmp -s "$1" "$2"; }
+# header int slot $2 of file $1
+header_int() { od -An -t d4 -j $((4 * $2)) -N 4 "$1" | tr -d ' '; }
+# runs "$@" in the background until its log ($1) shows step $2, then sends signal $3; waits, echoes the status
+interrupt_at() {
+  local log=$1 step=$2 sig=$3
+  shift 3
+  "$@" > "$log" 2>&1 &
+  local pid=$!
+  until grep -qE "^step +$step/" "$log" 2> /dev/null || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
+  kill -"$sig" $pid 2> /dev/null
+  wait $pid
+  echo $?
+}
+
+# NaN gradients at step 5 (0-based): checkpoints after steps 5 and 6 hold the same weights and moments
+$run -x 7 -n 1 -o "$work/nan" --debug-nan-step 5 > "$work/nan.log" 2>&1
+check "NaN gradients: the run finishes" grep -q "^step     7/7" "$work/nan.log"
+check "NaN gradients: the skip is logged" grep -q "^s:5 skipped: non-finite norm" "$work/nan/main.log"
+check "NaN gradients: weights unchanged over the skipped step" cmp -s "$work/nan/model_00000005.bin" "$work/nan/model_00000006.bin"
+check "NaN gradients: moments unchanged" cmp -s <(tail -c +1025 "$work/nan/state_00000005.bin") <(tail -c +1025 "$work/nan/state_00000006.bin")
+check "NaN gradients: Adam's step count did not advance" \
+  test "$(header_int "$work/nan/state_00000006.bin" 3)" = 5 -a "$(header_int "$work/nan/state_00000007.bin" 3)" = 6
+check "NaN gradients: the next step updates" differ "$work/nan/model_00000006.bin" "$work/nan/model_00000007.bin"
+
+check "divergence (-l 1e3 -gc 0) stops non-zero" fails_with "updates in a row skipped" \
+  ./train_gpt2_fp32 -e d12 -b 4 -t 64 -l 1e3 -gc 0 -v 0 -s 0 -x 40
+
+# spike guard with a short window: straight against stopped + resumed
+spiky="$run -x 30 -n 10 -nk 1 -sg 1.0 --spike-window 4"
+$spiky -o "$work/spike_a" > "$work/spike_a.log" 2>&1
+$spiky -o "$work/spike_b" --stop-at 10 > /dev/null 2>&1
+$spiky -o "$work/spike_b" -y 1 > "$work/spike_b.log" 2>&1
+check "spike guard: some updates skipped" grep -q "skipped: norm spike" "$work/spike_a/main.log"
+check "spike guard: a resumed run skips the same steps" \
+  diff <(grep skipped "$work/spike_a/main.log") <(grep skipped "$work/spike_b/main.log")
+check "spike guard: resumed run bit-identical" diff <(numbers_from "$work/spike_a.log" 11) <(numbers_from "$work/spike_b.log" 11)
+
+# a NaN weight (in a model file without a checksum) is refused at load
+cp "$work/nan/model_00000001.bin" "$work/nan_weight.bin"
+rm -rf "$work/nan" "$work/spike_a" "$work/spike_b"  # a d12 checkpoint is 1.5 GB
+printf '\x00\x00\x00\x00' | dd of="$work/nan_weight.bin" bs=1 seek=36 conv=notrunc 2> /dev/null  # slot 9: no checksum
+printf '\xff\xff\xc0\x7f' | dd of="$work/nan_weight.bin" bs=1 seek=$((1024 + 4 * 123)) conv=notrunc 2> /dev/null
+check "a NaN weight is refused, naming it" fails_with "wte[123] is not finite" $run -x 2 -e "$work/nan_weight.bin"
+printf '\x01\x00\x00\x00' | dd of="$work/nan_weight.bin" bs=1 seek=36 conv=notrunc 2> /dev/null
+check "a corrupt model file is refused by its checksum" fails_with "the file is corrupt" $run -x 2 -e "$work/nan_weight.bin"
+
+# SIGTERM at random steps, then resume: as the straight run
+$run -x 40 -n 10 -nk 1 -o "$work/straight" > "$work/straight.log" 2>&1
+signal_ok=0
+for trial in $(seq "$SIGNAL_TRIALS"); do
+  dir="$work/signal_$trial"
+  step=$((RANDOM % 29 + 2))  # steps 2..30 of 40: the run is still going when the signal comes
+  status=$(interrupt_at "$work/sig.log" "$step" TERM $run -x 40 -n 10 -nk 1 -o "$dir")
+  if grep -q "stopped by a signal after step" "$work/sig.log" && [ "$status" = 75 ]; then
+    $run -x 40 -n 10 -nk 1 -o "$dir" -y 1 > "$work/resume.log" 2>&1
+    [ "$(checksum "$work/resume.log")" = "$(checksum "$work/straight.log")" ] && signal_ok=$((signal_ok + 1))
+  else
+    echo "      trial $trial (signal at step $step): status $status"
+  fi
+  rm -rf "$dir"
+done
+check "SIGTERM at $SIGNAL_TRIALS random steps: checkpoint, status 75, resume bit-identical ($signal_ok ok)" \
+  test "$signal_ok" = "$SIGNAL_TRIALS"
+status=$(interrupt_at "$work/int.log" 5 INT $run -x 400 -o "$work/int")
+check "SIGINT stops with a checkpoint too" test "$status" = 75 -a -n "$(ls "$work"/int/model_*.bin 2> /dev/null)"
+rm -rf "$work/int"
+
+# kill -9 at random times while checkpointing (one every 3 steps), then resume
+$run -x 12 -n 3 -o "$work/kill_straight" > "$work/kill_straight.log" 2>&1
+kill_ok=0
+for trial in $(seq "$KILL_TRIALS"); do
+  dir="$work/kill_$trial"
+  $run -x 12 -n 3 -o "$dir" > "$work/kill.log" 2>&1 &
+  pid=$!
+  until grep -q "^step" "$work/kill.log" 2> /dev/null || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
+  sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+  kill -9 $pid 2> /dev/null
+  wait $pid 2> /dev/null
+  if [ -f "$dir/latest" ]; then resume="-y 1"; else resume="--force"; fi
+  $run -x 12 -n 3 -o "$dir" $resume > "$work/resume.log" 2>&1
+  [ "$(checksum "$work/resume.log")" = "$(checksum "$work/kill_straight.log")" ] && no_temp_files "$dir" &&
+    kill_ok=$((kill_ok + 1))
+  rm -rf "$dir"
+done
+check "kill -9 at $KILL_TRIALS random times: resume bit-identical, no temporary files ($kill_ok ok)" \
+  test "$kill_ok" = "$KILL_TRIALS"
+
+# a flipped byte in the latest state: resume falls back to the checkpoint before
+cp -r "$work/kill_straight" "$work/flipped"
+printf '\x5a' | dd of="$work/flipped/state_00000012.bin" bs=1 seek=$((1024 + 4096)) conv=notrunc 2> /dev/null
+$run -x 12 -n 3 -o "$work/flipped" -y 1 > "$work/flipped.log" 2>&1
+check "flipped byte: the damaged checkpoint is named" grep -q "checkpoint of step 12 is damaged: .*checksum" "$work/flipped.log"
+check "flipped byte: resumed from step 9, bit-identical" \
+  test "$(checksum "$work/flipped.log")" = "$(checksum "$work/kill_straight.log")" -a -n "$(grep 'resumed .* at step 9' "$work/flipped.log")"
+head -c 5000 "$work/flipped/state_00000012.bin" > "$work/short" && mv "$work/short" "$work/flipped/state_00000012.bin"
+for step in 3 6 9; do printf '\x5a' | dd of="$work/flipped/state_0000000$step.bin" bs=1 seek=2000 conv=notrunc 2> /dev/null; done
+check "no intact checkpoint: a clear error" fails_with "no intact checkpoint in" $run -x 12 -n 3 -o "$work/flipped" -y 1
+
+# a full disk: a file-size limit below the size of a checkpoint
+status=$( (trap '' XFSZ; ulimit -f 300000; $run -x 6 -n 3 -o "$work/full" > "$work/full.log" 2>&1); echo $?)
+check "full disk: the run stops non-zero naming the file" \
+  test "$status" != 0 -a -n "$(grep 'error: writing .*full/.*_00000003.bin: File too large (the previous files are kept)' "$work/full.log")"
+check "full disk: no temporary file left" no_temp_files "$work/full"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
