@@ -7,7 +7,8 @@
 #  - checkpoints move between GPU counts: 2 -> 1 and 1 -> 2 resume exactly;
 #  - the launchers: --gpus 2, torchrun-style variables, mpirun -np 2, the file rendezvous;
 #  - a rank killed mid-run makes the other exit non-zero within 30 s; ranks given different
-#    flags, or a -d that does not divide, stop at start with a one-line error.
+#    flags, or a -d that does not divide, stop at start with a one-line error;
+#  - SIGTERM to one rank: every rank stops after the same step, with a checkpoint.
 set -u
 cd "$(dirname "$0")/../.."
 gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
@@ -128,6 +129,28 @@ killed_peer() {  # torchrun-style ranks, no supervisor: rank 1 is killed, rank 0
   [ $status -ne 0 ] && [ $((SECONDS - start)) -le 30 ]
 }
 check "a peer killed mid-run (no supervisor): rank 0 exits non-zero within 30 s" killed_peer
+signal_one_rank() {  # SIGTERM to rank 1 only: both stop after the same step with status 75, and
+                     # the checkpoint resumes on 1 GPU as a straight run
+  next_port
+  local run="./train_gpt2_fp32 $flags -x 400 -d 2048 -v 0 -n 400 -o $work/signalled"
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_PORT=$port $run > "$work/sig0.log" 2>&1 &
+  local rank0=$!
+  RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_PORT=$port $run > "$work/sig1.log" 2>&1 &
+  local rank1=$!
+  for _ in $(seq 1 120); do grep -q "^step    10/" "$work/sig0.log" && break; sleep 0.5; done
+  kill -TERM $rank1
+  wait $rank0; local status0=$?
+  wait $rank1; local status1=$?
+  local stopped
+  stopped=$(sed -n 's/^stopped by a signal after step \([0-9]*\).*/\1/p' "$work/sig0.log")
+  echo "      statuses $status0 and $status1, stopped after step ${stopped:-?}"
+  [ "$status0" = 75 ] && [ "$status1" = 75 ] && [ -n "$stopped" ] || return 1
+  local until=$((stopped + 5))
+  ./train_gpt2_fp32 $flags -x 400 -d 2048 -v 0 --stop-at $until > "$work/sig_straight.log" 2>&1
+  ./train_gpt2_fp32 $flags -x 400 -d 2048 -v 0 -n 400 -o "$work/signalled" -y 1 --stop-at $until > "$work/sig_resumed.log" 2>&1
+  [ "$(grep checksum "$work/sig_straight.log")" = "$(grep checksum "$work/sig_resumed.log")" ]
+}
+check "SIGTERM to one rank: all stop at the same step (75), resume on 1 GPU bit-identical" signal_one_rank
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
