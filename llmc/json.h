@@ -250,45 +250,41 @@ static inline bool json_literal(JsonCursor* c, const char* word) {
 // ----------------------------------------------------------------------------
 // Arrays and objects, walked element by element
 
-// Reads the array at the cursor (after space), at nesting `depth` (0: top level): item(index)
-// is called with the cursor before each element and must read it (at depth + 1).
-template <typename ItemFn>
-static inline bool json_array(JsonCursor* c, int depth, ItemFn item) {
-    if (json_peek(c) != '[') { return json_error(c, "expected '['"); }
+// Reads the array ('[') or object ('{') at the cursor (after space), at nesting `depth` (0: top
+// level): element() is called with the cursor before each element and must read it.
+template <typename ElementFn>
+static inline bool json_container(JsonCursor* c, int depth, char open, ElementFn element) {
+    bool array = open == '[';
+    char close = array ? ']' : '}';
+    if (json_peek(c) != open) { return json_error(c, array ? "expected '['" : "expected '{'"); }
     if (depth >= kJsonMaxDepth) { return json_error(c, "nesting deeper than 64 levels"); }
     c->pos++;
-    if (json_peek(c) == ']') {
+    if (json_peek(c) == close) {
         c->pos++;
         return true;
     }
-    for (size_t index = 0;; index++) {
-        if (!item(index)) { return false; }
+    while (true) {
+        if (!element()) { return false; }
         int next = json_peek(c);
-        if (next != ',' && next != ']') { return json_error(c, "expected ',' or ']'"); }
+        if (next != ',' && next != close) { return json_error(c, array ? "expected ',' or ']'" : "expected ',' or '}'"); }
         c->pos++;
-        if (next == ']') { return true; }
+        if (next == close) { return true; }
     }
 }
 
-// Reads the object at the cursor (after space), at nesting `depth`: member(key) is called with
-// the cursor before each member's value and must read it (at depth + 1); it may move the key.
+// The array at the cursor: item(index) reads each element (at depth + 1).
+template <typename ItemFn>
+static inline bool json_array(JsonCursor* c, int depth, ItemFn item) {
+    size_t index = 0;
+    return json_container(c, depth, '[', [&] { return item(index++); });
+}
+
+// The object at the cursor: member(key) reads each member's value (at depth + 1); it may move
+// the key.
 template <typename MemberFn>
 static inline bool json_object(JsonCursor* c, int depth, MemberFn member) {
-    if (json_peek(c) != '{') { return json_error(c, "expected '{'"); }
-    if (depth >= kJsonMaxDepth) { return json_error(c, "nesting deeper than 64 levels"); }
-    c->pos++;
-    if (json_peek(c) == '}') {
-        c->pos++;
-        return true;
-    }
     std::string key;
-    while (true) {
-        if (!json_string(c, &key) || !json_expect(c, ':') || !member(key)) { return false; }
-        int next = json_peek(c);
-        if (next != ',' && next != '}') { return json_error(c, "expected ',' or '}'"); }
-        c->pos++;
-        if (next == '}') { return true; }
-    }
+    return json_container(c, depth, '{', [&] { return json_string(c, &key) && json_expect(c, ':') && member(key); });
 }
 
 // ----------------------------------------------------------------------------

@@ -442,18 +442,12 @@ TEST(errors_quote_and_shorten_names) {
 // ----------------------------------------------------------------------------
 // file-level failures
 
-// Writes `bytes` to a temporary file and checks that opening it fails with "<path>: <problem>".
+// Opening a file of `bytes` fails with "<path>: <problem>".
 static bool open_fails_with(const std::string& bytes, const std::string& problem) {
-    std::string dir = make_temp_dir("test_safetensors");
-    std::string path = dir + "/bad.safetensors";
-    write_file(path, bytes);
-    std::string expected = path + ": " + problem;
-    bool ok = expect_exit_failure([&] {
+    return file_refused_with(bytes, problem, [](const char* path) {
         SafeFile file;
-        safetensors_open(path.c_str(), &file);
-    }, expected.c_str());
-    remove_dir(dir);
-    return ok;
+        safetensors_open(path, &file);
+    });
 }
 
 TEST(open_fails_with_one_line) {

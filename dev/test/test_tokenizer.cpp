@@ -454,20 +454,12 @@ TEST(bin_version_1_implies_gpt2_eot) {
     rmdir(dir.c_str());
 }
 
-// Writes `data` to a temporary file and checks that loading it fails with
-// "<path>: <problem>".
+// Loading a tokenizer file of `data` fails with "<path>: <problem>".
 static bool load_fails_with(const std::string& data, const char* problem) {
-    std::string dir = make_temp_dir("test_tokenizer");
-    std::string path = dir + "/tokenizer";
-    write_file(path, data);
-    std::string expected = path + ": " + problem;
-    bool ok = expect_exit_failure([&] {
+    return file_refused_with(data, problem, [](const char* path) {
         Tokenizer tok;
-        tokenizer_init(&tok, path.c_str());
-    }, expected.c_str());
-    remove(path.c_str());
-    rmdir(dir.c_str());
-    return ok;
+        tokenizer_init(&tok, path);
+    });
 }
 
 TEST(bad_files_fail_with_one_line) {

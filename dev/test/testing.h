@@ -1,7 +1,7 @@
 // A minimal unit-test runner: TEST(name) { ... CHECK(cond); ... } and main() from
 // TEST_MAIN(). Prints one line per failed check and closes with "N passed, N failed".
 // Tests that must see a process exit (fatal input errors) use expect_exit_failure(), or
-// run_in_child() for its status and stderr.
+// run_in_child() for its status and stderr; file_refused_with() feeds a reader a file of given bytes.
 #pragma once
 
 #include <stdio.h>
@@ -9,6 +9,10 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <string>
+
+#include "dev/test/files.h"
 
 typedef void (*TestFn)(void);
 struct TestCase { const char* name; TestFn fn; };
@@ -90,3 +94,15 @@ static bool expect_exit_failure(F fn, const char* expected) {
         printf("%d passed, %d failed\n", passed, failed);                     \
         return failed == 0 ? 0 : 1;                                           \
     }
+
+// Writes `bytes` to a file in a new temporary directory and checks that read(path) exits non-zero
+// with the one-line error "<path>: <problem>".
+template <typename ReadFn>
+static bool file_refused_with(const std::string& bytes, const std::string& problem, ReadFn read) {
+    std::string dir = make_temp_dir("test_file");
+    std::string path = dir + "/input";
+    write_file(path, bytes);
+    bool ok = expect_exit_failure([&] { read(path.c_str()); }, (path + ": " + problem).c_str());
+    remove_dir(dir);
+    return ok;
+}
