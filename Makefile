@@ -7,6 +7,7 @@
 #   make test-124m    GPT-2 124M-shape references from train_gpt2.py (needs PyTorch), then the GPU test
 #   make test-faults  the fault tests (NaN, divergence, signals, kills, corrupt files, full disk) in full
 #   make test-hf      hf_convert and (on a GPU) the trainer against transformers (needs PyTorch, transformers)
+#   make test-generate  the trainer's generation and evaluation against train_gpt2.py (GPU; needs PyTorch, tiktoken)
 #   make fuzz         the parsers and run guards under ASan/UBSan, then every fuzz target for FUZZ_SECONDS (clang)
 #   make fixtures     regenerate the committed small test fixtures (needs PyTorch)
 #   make bench-tokenizer   tokenizer throughput
@@ -22,7 +23,7 @@ include gpu_arch.mk
 # tiny Shakespeare) from any directory (llmc/paths.h).
 SOURCE_DIR_DEFINE := -DGPT2FP32_SOURCE_DIR=\"$(CURDIR)\"
 CXXFLAGS := -O3 -std=c++17 -Wall -Wextra -I. -pthread $(SOURCE_DIR_DEFINE)
-NVCCFLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wextra,-pthread $(SOURCE_DIR_DEFINE)
+NVCCFLAGS := -O3 -std=c++17 --default-stream per-thread $(GENCODE) -I. -Xcompiler -Wall,-Wextra,-pthread $(SOURCE_DIR_DEFINE)
 NVCCLIBS := -lcublasLt -lcublas
 
 # NCCL for several GPUs: found in NCCL_HOME, the CUDA toolkit or /usr (NCCL=0 builds without it,
@@ -43,10 +44,10 @@ TRAIN_DATA := dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
 CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_launch build/test_zero build/test_json \
-             build/test_safetensors build/test_hf build/test_guards
+             build/test_safetensors build/test_hf build/test_guards build/test_eval
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer
 
-.PHONY: all train test data fixtures test-124m test-hf test-faults fuzz bench-tokenizer clean lab nccl-info
+.PHONY: all train test data fixtures test-124m test-hf test-generate test-faults fuzz bench-tokenizer clean lab nccl-info
 
 all: $(BINARIES) lab
 
@@ -95,11 +96,13 @@ test: all $(TRAIN_DATA)
 	build/test_safetensors
 	build/test_hf
 	build/test_guards
+	build/test_eval
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/hf_tiny -s $(FIXTURES)/hf_tiny_classic_state.bin
+	./test_gpt2_fp32 --decode
 	dev/test/test_training_runs.sh
 	SIGNAL_TRIALS=3 KILL_TRIALS=3 dev/test/test_faults.sh
 	dev/test/test_multi_gpu.sh
@@ -137,14 +140,15 @@ test-124m: test_gpt2_fp32 $(VAL_DATA)
 # if any target found a crash, a leak or a slow input.
 FUZZ_SECONDS ?= 30
 SANITIZE := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
-ASAN_TESTS := safetensors json hf tokenizer guards
-FUZZ_TARGETS := safetensors model_file shard tokenizer
+ASAN_TESTS := safetensors json hf tokenizer guards eval
+FUZZ_TARGETS := safetensors model_file shard tokenizer eval
 # The longest input each target tries: room for its format's header and a few records (a
 # tokenizer needs all 256 bytes); dictionaries for the text formats.
 FUZZ_FLAGS_safetensors := -max_len=4096 -dict=dev/test/fuzz/safetensors.dict
 FUZZ_FLAGS_model_file := -max_len=4096
 FUZZ_FLAGS_shard := -max_len=4096
 FUZZ_FLAGS_tokenizer := -max_len=16384 -dict=dev/test/fuzz/tokenizer.dict
+FUZZ_FLAGS_eval := -max_len=4096 -dict=dev/test/fuzz/eval.dict
 fuzz: $(ASAN_TESTS:%=build/test_%_asan) $(FUZZ_TARGETS:%=build/fuzz_%)
 	for t in $(ASAN_TESTS); do build/test_$${t}_asan || exit 1; done
 	$(MAKE) --no-print-directory -j$(words $(FUZZ_TARGETS)) --output-sync=target $(FUZZ_TARGETS:%=fuzz-run-%)
@@ -170,6 +174,11 @@ test-faults: train_gpt2_fp32 $(TRAIN_DATA)
 # hf_convert and, on a GPU, the trainer against transformers (SKIPPED without PyTorch or transformers).
 test-hf: hf_convert train_gpt2_fp32 test_gpt2_fp32 $(TRAIN_DATA)
 	$(PYTHON) dev/test/test_hf.py
+
+# Greedy generation and evaluation against train_gpt2.py, sampling determinism, bad evaluation
+# files (SKIPPED without a GPU, PyTorch or tiktoken).
+test-generate: train_gpt2_fp32
+	PYTHON=$(PYTHON) dev/test/test_generate.sh
 
 bench-tokenizer: build/bench_tokenizer
 	build/bench_tokenizer

@@ -21,10 +21,19 @@ on the CPU): --batch rows per process, each taking its own rows of one global ba
 reports the global throughput:
 
     torchrun --standalone --nproc_per_node 8 train_gpt2.py --model d12 --train-shards ... --batch 8
+
+Generation and evaluation mode is the reference for the trainer's greedy generation and its
+HellaSwag-style evaluation, in the same true FP32 (needs tiktoken; the tokenizer is built from the bundled
+encoder.json, no download): a greedy completion of a prompt, printed as its generated ids, and
+the mean loss of each of four endings of every example, written as a per-example report:
+
+    python train_gpt2.py --init-from model.bin --generate 40 --prompt "The meaning of life is"
+    python train_gpt2.py --init-from model.bin --eval examples.jsonl --seq-len 128 --eval-report report.txt
 """
 
 import argparse
 import glob
+import json
 import math
 import os
 import time
@@ -49,6 +58,11 @@ ATTN_KINDS = ("softmax", "relu")  # index = the attention kind stored in file he
 LR_SCHEDULES = ("cosine", "linear", "constant")  # index = the schedule stored in state headers
 LAYERNORM_EPS = 1e-5
 INIT_STD = 0.02
+
+# GPT-2's tokenizer: the bundled vocabulary, tiktoken's pre-tokenization pattern, <|endoftext|>.
+GPT2_ENCODER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "data", "gpt2_encoder.json")
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+EOT = 50256  # <|endoftext|>
 
 # GPT-2 small / medium / large / XL: (layers, heads, channels).
 MODEL_PRESETS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
@@ -168,8 +182,9 @@ class GPT(nn.Module):
         hidden = F.gelu(F.linear(x, self.fcw[layer], self.fcb[layer]), approximate="tanh")
         return F.linear(hidden, self.fcprojw[layer], self.fcprojb[layer])
 
-    def forward(self, inputs, targets):
-        """(B, T) token ids -> (B, T, V) logits and the mean cross-entropy over all positions."""
+    def forward(self, inputs, targets=None):
+        """(B, T) token ids -> (B, T, V) logits and the mean cross-entropy over all positions
+        (None without targets)."""
         C = self.cfg.channels
         x = F.embedding(inputs, self.wte) + self.wpe[: inputs.size(1)]
         for layer in range(self.cfg.num_layers):
@@ -177,8 +192,9 @@ class GPT(nn.Module):
             x = x + self.mlp(F.layer_norm(x, (C,), self.ln2w[layer], self.ln2b[layer], LAYERNORM_EPS), layer)
         x = F.layer_norm(x, (C,), self.lnfw, self.lnfb, LAYERNORM_EPS)
         logits = F.linear(x, self.wte)  # tied output weights
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-        return logits, loss
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def make_adamw(model, lr, betas, eps, weight_decay, fused):
@@ -362,10 +378,38 @@ class ShardBatches:
 
 
 # ----------------------------------------------------------------------------
-# Setup shared by both modes
+# Tokenizer
+
+
+def gpt2_tokenizer():
+    """tiktoken's "gpt2" encoding, built offline from the bundled encoder.json (GPT-2's merge rank
+    of a token is its id); encode with encode_ordinary, so that "<|endoftext|>" is plain text."""
+    import tiktoken  # only generation and evaluation need it
+
+    # GPT-2's byte-to-unicode alphabet: printable bytes stand for themselves, the others for chr(256 + k).
+    printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or b >= 0xAE]
+    byte_of_char = {chr(b): b for b in printable}
+    byte_of_char.update({chr(256 + k): b for k, b in enumerate(b for b in range(256) if b not in printable)})
+    with open(GPT2_ENCODER, encoding="utf-8") as f:
+        encoder = json.load(f)
+    special = {"<|endoftext|>": encoder.pop("<|endoftext|>")}
+    ranks = {bytes(byte_of_char[ch] for ch in token): rank for token, rank in encoder.items()}
+    return tiktoken.Encoding(name="gpt2-local", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens=special, explicit_n_vocab=len(ranks) + 1)
+
+
+# ----------------------------------------------------------------------------
+# Setup shared by the modes
 
 
 CONFIG_FLAGS = ("layers", "heads", "channels", "vocab", "max_seq_len")
+REFERENCE_FLAGS = ("write_model", "write_state", "write_classic_state", "tokens")
+INFERENCE_FLAGS = ("generate", "prompt", "eval", "eval_report")
+
+
+def flags_given(args, names):
+    """The command-line spelling of the flags among `names` that were given."""
+    return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
 
 
 def config_from_args(args):
@@ -393,8 +437,7 @@ def build_model(args, use_sdpa=False):
         model = GPT(config_from_args(args), use_sdpa)
         model.init_weights(args.seed)
         return model
-    config_flags_given = [f"--{n.replace('_', '-')}" for n in ("model", "padded_vocab", "attn", *CONFIG_FLAGS)
-                          if getattr(args, n) is not None]
+    config_flags_given = flags_given(args, ("model", "padded_vocab", "attn", *CONFIG_FLAGS))
     if config_flags_given:
         fail(f"--init-from takes the config from the file; drop {' '.join(config_flags_given)}")
     cfg, tensors = read_model_file(args.init_from)
@@ -403,6 +446,14 @@ def build_model(args, use_sdpa=False):
         for name, param in model.named_parameters():
             param.copy_(tensors[name])
     return model
+
+
+def fp32_model(args, device):
+    """The model of reference, generation and evaluation modes: explicit attention, TF32 off."""
+    if args.compile or args.flash or args.tf32:
+        fail("--compile, --flash and --tf32 apply only to training mode (--train-shards)")
+    torch.set_float32_matmul_precision("highest")  # TF32 off: true FP32 matmuls
+    return build_model(args).to(device)
 
 
 def check_seq_len(cfg, seq_len):
@@ -479,12 +530,9 @@ def reference_batch(args, cfg):
 
 
 def run_reference(args, device):
-    if args.compile or args.flash or args.tf32:
-        fail("--compile, --flash and --tf32 apply only to training mode (--train-shards)")
     if args.steps < 1:
         fail("--steps must be at least 1")
-    torch.set_float32_matmul_precision("highest")  # TF32 off: true FP32 matmuls
-    model = build_model(args).to(device)
+    model = fp32_model(args, device)
     cfg = model.cfg
     check_seq_len(cfg, args.seq_len)
     print(f"config: {cfg}")
@@ -529,6 +577,128 @@ def run_reference(args, device):
         write_classic_state_file(args.write_classic_state, cfg, inputs, targets, initial_logits, step_losses[0],
                                  initial_grads)
         print(f"wrote {args.write_classic_state}")
+
+
+# ----------------------------------------------------------------------------
+# Generation and evaluation mode
+
+
+def check_in_vocab(cfg, tokens, what):
+    if tokens and max(tokens) >= cfg.vocab_size:
+        fail(f"{what}: token {max(tokens)} is outside the model's vocabulary of {cfg.vocab_size}")
+
+
+@torch.no_grad()
+def next_token_logits(model, tokens, device):
+    """The logits (V,) that the last of `tokens` gives for the next one: a full forward, no cache."""
+    logits, _ = model(torch.tensor([tokens], device=device))
+    return logits[0, -1]
+
+
+def greedy_completion(model, prompt, count, device):
+    """Up to `count` tokens after `prompt`, each the argmax of the logits (the first on ties);
+    stops after <|endoftext|>, which is kept."""
+    tokens = list(prompt)
+    for _ in range(count):
+        tokens.append(int(next_token_logits(model, tokens, device).argmax()))
+        if tokens[-1] == EOT:
+            break
+    return tokens[len(prompt) :]
+
+
+def run_generation(args, model, tokenizer, device):
+    if args.generate < 1:
+        fail("--generate must be at least 1")
+    cfg = model.cfg
+    prompt = tokenizer.encode_ordinary(args.prompt) or [EOT]
+    check_in_vocab(cfg, prompt, "--prompt")
+    if len(prompt) + args.generate > cfg.max_seq_len:
+        fail(f"{len(prompt)} prompt tokens + --generate {args.generate} exceed the model's max sequence length "
+             f"{cfg.max_seq_len}")
+    print("ids:", *greedy_completion(model, prompt, args.generate, device))
+
+
+def parse_eval_line(path, number, line):
+    """One HellaSwag-format object: {"ctx": str, "endings": [4 str], "label": 0..3}."""
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as e:
+        fail(f"{path}:{number}: not a JSON object ({e.msg})")
+    if not (isinstance(item, dict) and isinstance(item.get("ctx"), str) and isinstance(item.get("endings"), list)
+            and len(item["endings"]) == 4 and all(isinstance(e, str) for e in item["endings"])):
+        fail(f'{path}:{number}: needs "ctx" (a string) and "endings" (4 strings)')
+    label = item.get("label")
+    if type(label) is not int or not 0 <= label < 4:
+        fail(f'{path}:{number}: "label" must be an integer in 0..3, not {label!r}')
+    return item["ctx"], item["endings"], label
+
+
+def read_eval_examples(path, tokenizer, cfg):
+    """(line number, context ids, the 4 endings' ids, label) of each line that is not only JSON
+    whitespace; an ending is encoded with a leading space, as it continues the context."""
+    examples = []
+    with open(path, "rb") as f:  # lines end at "\n" only, as the trainer counts them
+        for number, line in enumerate(f, 1):
+            if not line.strip(b" \t\r\n"):
+                continue
+            ctx, endings, label = parse_eval_line(path, number, line)
+            context = tokenizer.encode_ordinary(ctx)
+            ending_ids = [tokenizer.encode_ordinary(" " + ending) for ending in endings]
+            for tokens in (context, *ending_ids):
+                check_in_vocab(cfg, tokens, f"{path}:{number}")
+            examples.append((number, context, ending_ids, label))
+    if not examples:
+        fail(f"{path}: no examples")
+    return examples
+
+
+@torch.no_grad()
+def ending_losses(model, context, endings, seq_len, device):
+    """Mean cross-entropy (nats) of each ending's tokens predicted after the context, kept to its
+    last seq_len - len(ending) tokens; None where the example does not fit or has no context."""
+    if not context or any(seq_len - len(ending) < 1 for ending in endings):
+        return None
+    losses = []
+    for ending in endings:
+        kept = context[-(seq_len - len(ending)) :]
+        logits, _ = model(torch.tensor([kept + ending], device=device))
+        # positions len(kept)-1 .. len(kept)+len(ending)-2 predict the ending's tokens
+        predictions = logits[0, len(kept) - 1 : len(kept) + len(ending) - 1]
+        token_losses = F.cross_entropy(predictions, torch.tensor(ending, device=device), reduction="none")
+        losses.append(token_losses.double().mean().item())  # float32 losses, float64 mean
+    return losses
+
+
+def run_evaluation(args, model, tokenizer, device):
+    check_seq_len(model.cfg, args.seq_len)
+    rows, correct = ["# line label choice loss0 loss1 loss2 loss3"], 0
+    for number, context, endings, label in read_eval_examples(args.eval, tokenizer, model.cfg):
+        losses = ending_losses(model, context, endings, args.seq_len, device)
+        if losses is None:
+            continue
+        choice = min(range(len(losses)), key=losses.__getitem__)  # the lowest index on ties
+        correct += choice == label
+        rows.append(f"{number} {label} {choice} " + " ".join(f"{loss:.9g}" for loss in losses))
+    evaluated = len(rows) - 1
+    if evaluated == 0:
+        fail(f"{args.eval}: no example fits --seq-len {args.seq_len}")
+    if args.eval_report is not None:
+        with open(args.eval_report, "w") as f:
+            f.write("\n".join(rows) + "\n")
+    print(f"eval: accuracy {correct / evaluated:.4f} ({correct}/{evaluated})")
+
+
+def run_inference(args, device):
+    if (args.prompt is None) != (args.generate is None):
+        fail("--generate and --prompt go together")
+    if args.eval_report is not None and args.eval is None:
+        fail("--eval-report needs --eval")
+    model = fp32_model(args, device)
+    tokenizer = gpt2_tokenizer()
+    if args.generate is not None:
+        run_generation(args, model, tokenizer, device)
+    if args.eval is not None:
+        run_evaluation(args, model, tokenizer, device)
 
 
 # ----------------------------------------------------------------------------
@@ -646,6 +816,12 @@ def parse_args():
     training.add_argument("--compile", action="store_true", help="torch.compile the model")
     training.add_argument("--flash", action="store_true", help="SDPA for softmax attention")
     training.add_argument("--tf32", action="store_true", help="TF32 matmuls")
+
+    inference = parser.add_argument_group("generation and evaluation mode")
+    inference.add_argument("--generate", type=int, metavar="N", help="greedy: print the N ids generated after --prompt")
+    inference.add_argument("--prompt", metavar="TEXT", help="GPT-2 tokens; empty: start from <|endoftext|>")
+    inference.add_argument("--eval", metavar="FILE", help="HellaSwag-format jsonl; rows of up to --seq-len tokens")
+    inference.add_argument("--eval-report", metavar="PATH", help="each example's label, choice and 4 ending losses")
     return parser.parse_args()
 
 
@@ -656,14 +832,20 @@ def main():
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda, but CUDA is not available")
     device = torch.device(args.device)
+    reference_flags, inference_flags = flags_given(args, REFERENCE_FLAGS), flags_given(args, INFERENCE_FLAGS)
     if args.train_shards is not None:
-        if args.write_model or args.write_state or args.write_classic_state or args.tokens:
-            fail("--write-model, --write-state, --write-classic-state and --tokens apply only to reference mode")
+        if reference_flags or inference_flags:
+            fail(f"{' '.join(reference_flags + inference_flags)} do not apply to training mode (--train-shards)")
         run_training(args, device)
     elif world_size() > 1:
-        fail("reference mode runs in one process, not under torchrun")
+        fail("reference, generation and evaluation modes run in one process, not under torchrun")
+    elif inference_flags:
+        if reference_flags:
+            fail(f"{' '.join(reference_flags)} (reference mode) do not mix with {' '.join(inference_flags)}")
+        run_inference(args, device)
     elif args.write_model is None and args.write_state is None and args.write_classic_state is None:
-        fail("nothing to do: give --write-model/--write-state (reference) or --train-shards (training)")
+        fail("nothing to do: give --write-model/--write-state (reference), --train-shards (training), "
+             "--generate or --eval")
     else:
         run_reference(args, device)
 

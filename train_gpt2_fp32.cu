@@ -1,6 +1,7 @@
 /*
 GPT-2 training in CUDA C++: FP32 weights and activations, TF32 tensor cores for matrix products
-(full FP32 with -f 0). Every forward and backward kernel, the model and the training loop.
+(full FP32 with -f 0). Every forward and backward kernel, the model and the training loop, and
+generation with a KV cache (--prompt) and multiple-choice evaluation (--eval) for using the model.
 
 Layouts (all row-major, float32):
   activations  (B, T, C): token b*T + t, channel c at ((b*T + t)*C + c)
@@ -26,6 +27,7 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 #include "llmc/checksum.h"       // defines: crc32c_update (checkpoint checksums)
 #include "llmc/comm.cuh"       // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
+#include "llmc/eval.h"           // defines: EvalSet, EvalBatch (HellaSwag-style multiple choice), scoring
 #include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out
 #include "llmc/launch.h"         // defines: LaunchInfo, launchers' variables, --gpus, rendezvous
 #include "llmc/model_file.h"     // defines: the model file (header, tensor order), read and written
@@ -105,6 +107,14 @@ __device__ float block_reduce(float value, Op op, float identity) {
 
 __device__ float block_sum(float value) { return block_reduce(value, cg::plus<float>(), 0.0f); }
 
+// A 64-bit mix (SplitMix64's finaliser): counter-based random numbers on the host and the device.
+__device__ __host__ inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
 // Cross-block reductions without float atomics: each block of a group writes its partial sums,
 // then calls this; it returns true in the one block that arrives last, which then sums all
 // partials in block order. atomicInc wraps the counter back to 0 for the next launch.
@@ -120,21 +130,24 @@ __device__ bool arrive_last_in_group(unsigned int* counter, unsigned int group_s
 // ----------------------------------------------------------------------------------------------
 // Encoder: out = wte[token] + wpe[position]
 
+// Token (b, t) sits at position first_position + t: the device's *first_position when generating
+// (a decode step's T = 1 token), else 0.
 __global__ void encoder_forward_kernel(float4* out, const int* tokens, const float4* wte, const float4* wpe,
-                                       int B, int T, int C4) {
+                                       const int* first_position, int B, int T, int C4) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * T * C4) { return; }
     size_t bt = idx / C4;
     int c4 = (int)(idx % C4);
-    int t = (int)(bt % T);
+    int t = (int)(bt % T) + (first_position != NULL ? *first_position : 0);
     out[idx] = wte[(size_t)tokens[bt] * C4 + c4] + wpe[(size_t)t * C4 + c4];
 }
 
-static void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+static void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe,
+                            const int* first_position, int B, int T, int C) {
     const int block_size = 256;
     size_t n = (size_t)B * T * C / 4;
     encoder_forward_kernel<<<ceil_div(n, block_size), block_size>>>((float4*)out, tokens, (const float4*)wte,
-                                                                    (const float4*)wpe, B, T, C / 4);
+                                                                    (const float4*)wpe, first_position, B, T, C / 4);
     cudaCheck(cudaGetLastError());
 }
 
@@ -513,15 +526,71 @@ static void matmul(float* out, const float* a, const float* b, const float* bias
     if (bias != NULL) {
         cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
+    // Stream 0 is this thread's default stream (nvcc --default-stream per-thread), which cuBLAS, built
+    // apart, would read as the legacy stream: it is named explicitly.
     cublasCheck(cublasLtMatmul(g_cublaslt, plan->desc, &alpha, a, plan->a_layout, b, plan->b_layout, &beta, out,
                                plan->out_layout, out, plan->out_layout, &plan->algo,
                                stream == g_side_stream ? g_side_workspace : g_cublaslt_workspace,
-                               CUBLASLT_WORKSPACE_SIZE, stream));
+                               CUBLASLT_WORKSPACE_SIZE, stream == 0 ? cudaStreamPerThread : stream));
+}
+
+// A generation step's linear layers have N <= FEW_ROWS_MAX rows (one per completion): then the
+// time is that of reading the weight once, which cuBLAS's tiles (128 output columns or more per
+// block) spread over too few multiprocessors. This kernel gives each warp FEW_ROWS_COLUMNS rows of
+// the weight to stream (a float4 per lane and step) against all N input rows, in full FP32, and
+// sums each dot product in a fixed warp tree.
+static const int FEW_ROWS_MAX = 4;  // each row rereads the input: beyond 4, cuBLAS measured faster
+static const int FEW_ROWS_COLUMNS = 4;
+
+template <int ROWS>
+__global__ void matmul_forward_few_rows_kernel(float* out, const float4* __restrict__ inp,
+                                               const float4* __restrict__ weight, const float* bias, int N, int C4,
+                                               int OC) {
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    int o0 = (blockIdx.x * warp.meta_group_size() + warp.meta_group_rank()) * FEW_ROWS_COLUMNS;
+    if (o0 >= OC) { return; }
+    float acc[ROWS][FEW_ROWS_COLUMNS] = {};
+    for (int c4 = warp.thread_rank(); c4 < C4; c4 += 32) {
+        float4 w[FEW_ROWS_COLUMNS];
+#pragma unroll
+        for (int j = 0; j < FEW_ROWS_COLUMNS; j++) {
+            w[j] = o0 + j < OC ? weight[(size_t)(o0 + j) * C4 + c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            if (r >= N) { break; }
+            float4 x = inp[(size_t)r * C4 + c4];
+#pragma unroll
+            for (int j = 0; j < FEW_ROWS_COLUMNS; j++) { acc[r][j] += sum4(x * w[j]); }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+#pragma unroll
+        for (int j = 0; j < FEW_ROWS_COLUMNS; j++) {
+            float dot = cg::reduce(warp, acc[r][j], cg::plus<float>());
+            if (warp.thread_rank() == 0 && r < N && o0 + j < OC) {
+                out[(size_t)r * OC + o0 + j] = dot + (bias != NULL ? bias[o0 + j] : 0.0f);
+            }
+        }
+    }
 }
 
 // Linear layer forward: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias optional.
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
-    matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
+    if (N > FEW_ROWS_MAX) {
+        matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
+        return;
+    }
+    const int block_size = 128;
+    unsigned int grid = ceil_div(OC, block_size / 32 * FEW_ROWS_COLUMNS);
+#define LAUNCH_FEW_ROWS(ROWS)                                                                                    \
+    matmul_forward_few_rows_kernel<ROWS><<<grid, block_size>>>(out, (const float4*)inp, (const float4*)weight, bias, \
+                                                               N, C / 4, OC)
+    if (N <= 1) { LAUNCH_FEW_ROWS(1); }
+    else { LAUNCH_FEW_ROWS(4); }
+#undef LAUNCH_FEW_ROWS
+    cudaCheck(cudaGetLastError());
 }
 
 // GELU, tanh form, and its derivative.
@@ -1432,6 +1501,115 @@ static void flash_attention_backward(float* dqkv, float* delta, const float* dou
 }
 
 // ----------------------------------------------------------------------------------------------
+// Attention over a KV cache (generation): each completion's one new query attends over the cached
+// keys and values of positions 0..pos, both kinds (ReLU keeps the 1/(pos+1) of the position).
+//
+// Layouts: kv (M, maxT, 2C) for one layer: position t's key at t*2C + h*hs, its value C further;
+//   qkv (M, 3C) the new token's q, k and v; out (M, C).
+// Block (m*NH + h, chunk) appends the new key and value to the cache (the last chunk's block),
+// scores its chunk of DECODE_CHUNK positions, and leaves (max, sum, unnormalised out) in partials;
+// the last of (m, h)'s blocks to finish combines the chunks in chunk order (arrive_last_in_group),
+// so the result does not depend on which block finishes when. The grid covers maxT; blocks past
+// pos return at once, so one captured launch serves every position.
+
+static const int DECODE_CHUNK = 32;     // positions per block: many blocks, so that many keys load at once
+static const int DECODE_THREADS = 128;  // hs divides it: 128 / hs groups of positions for the values
+
+__global__ void __launch_bounds__(DECODE_THREADS)
+    attention_decode_kernel(float* out, float* partials, unsigned int* counters, float* kv, const float* qkv,
+                            const int* position, int maxT, int NH, int hs, AttentionKind kind) {
+    __shared__ __align__(16) float q[DECODE_THREADS];
+    __shared__ float p[DECODE_CHUNK], sums[DECODE_THREADS];
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int pos = *position, chunks = pos / DECODE_CHUNK + 1, chunk = blockIdx.y;
+    if (chunk >= chunks) { return; }
+    int C = NH * hs, h = blockIdx.x % NH, tid = block.thread_rank();
+    size_t m = blockIdx.x / NH, row_stride = 2 * (size_t)C;
+    const float* new_qkv = qkv + m * 3 * C + h * hs;
+    float* head_kv = kv + m * maxT * row_stride + h * hs;
+    int first = chunk * DECODE_CHUNK, count = min(DECODE_CHUNK, pos + 1 - first);
+    if (tid < hs) {
+        q[tid] = new_qkv[tid];
+        if (chunk == chunks - 1) {
+            head_kv[pos * row_stride + tid] = new_qkv[C + tid];
+            head_kv[pos * row_stride + C + tid] = new_qkv[2 * C + tid];
+        }
+    }
+    block.sync();  // also makes the appended key and value visible to the block
+
+    float score = -INFINITY;  // thread i scores position first + i
+    if (tid < count) {
+        const float4* key = (const float4*)(head_kv + (first + tid) * row_stride);
+        float dot = 0.0f;
+        for (int d4 = 0; d4 < hs / 4; d4++) { dot += sum4(key[d4] * ((const float4*)q)[d4]); }
+        score = dot * rsqrtf((float)hs);
+    }
+    float chunk_max = kind == ATTENTION_SOFTMAX ? block_reduce(score, cg::greater<float>(), -INFINITY) : 0.0f;
+    float weight = tid >= count ? 0.0f : kind == ATTENTION_SOFTMAX ? expf(score - chunk_max) : fmaxf(score, 0.0f);
+    float chunk_sum = block_sum(weight);
+    if (tid < count) { p[tid] = weight; }
+    block.sync();
+
+    int groups = DECODE_THREADS / hs, group = tid / hs, d = tid % hs;
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int i = group; i < count; i += groups) { acc = fmaf(p[i], head_kv[(first + i) * row_stride + C + d], acc); }
+    sums[tid] = acc;
+    block.sync();
+    float* partial = partials + ((size_t)blockIdx.x * gridDim.y + chunk) * (hs + 2);  // max, sum, out[hs]
+    if (tid < hs) {
+        float o = 0.0f;
+        for (int g = 0; g < groups; g++) { o += sums[g * hs + tid]; }
+        partial[2 + tid] = o;
+    }
+    if (tid == 0) {
+        partial[0] = chunk_max;
+        partial[1] = chunk_sum;
+    }
+    if (!arrive_last_in_group(&counters[blockIdx.x], chunks) || tid >= hs) { return; }
+
+    const float* head_partials = partials + (size_t)blockIdx.x * gridDim.y * (hs + 2);
+    float global_max = -INFINITY;
+    for (int c = 0; c < chunks; c++) { global_max = fmaxf(global_max, __ldcg(&head_partials[c * (hs + 2)])); }
+    float numerator = 0.0f, denominator = 0.0f;
+    for (int c = 0; c < chunks; c++) {
+        const float* part = head_partials + c * (hs + 2);
+        float w = kind == ATTENTION_SOFTMAX ? expf(__ldcg(&part[0]) - global_max) : 1.0f;
+        numerator = fmaf(w, __ldcg(&part[2 + tid]), numerator);
+        denominator = fmaf(w, __ldcg(&part[1]), denominator);
+    }
+    if (kind == ATTENTION_RELU) { denominator = (float)(pos + 1); }
+    out[m * C + h * hs + tid] = numerator / denominator;
+}
+
+// Launched over maxT's chunks (partials: M * NH * ceil(maxT / DECODE_CHUNK) * (hs + 2) floats,
+// counters: M * NH, zero before the first launch).
+static void attention_decode(float* out, float* partials, unsigned int* counters, float* kv, const float* qkv,
+                             const int* position, int M, int maxT, int NH, int hs, AttentionKind kind) {
+    if (DECODE_THREADS % hs != 0 || hs % 32 != 0) { fail("attention_decode: head size %d is not supported", hs); }
+    dim3 grid(M * NH, ceil_div(maxT, DECODE_CHUNK));
+    attention_decode_kernel<<<grid, DECODE_THREADS>>>(out, partials, counters, kv, qkv, position, maxT, NH, hs, kind);
+    cudaCheck(cudaGetLastError());
+}
+
+// The prompt's keys and values into every completion's cache: kv (L, M, maxT, 2C) positions
+// 0..T-1 from the prefill's qkv (L, 1, T, 3C).
+__global__ void kv_cache_fill_kernel(float4* kv, const float4* qkv, int M, size_t rows, int T, int maxT, int C4) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * 2 * C4) { return; }
+    size_t row = idx / (2 * C4), lm = row / T, l = lm / M;  // row: (l, m, t); lm = l * M + m
+    int c = (int)(idx % (2 * C4)), t = (int)(row % T);
+    kv[(lm * maxT + t) * 2 * C4 + c] = qkv[(l * T + t) * 3 * C4 + C4 + c];
+}
+
+static void kv_cache_fill(float* kv, const float* qkv, int L, int M, int T, int maxT, int C) {
+    size_t rows = (size_t)L * M * T, n = rows * 2 * (C / 4);
+    kv_cache_fill_kernel<<<ceil_div(n, 256), 256>>>((float4*)kv, (const float4*)qkv, M, rows, T, maxT, C / 4);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------------------------
 // GELU (tanh form)
 
 // The GELU's backward is fused into the fc layer's bias gradient (bias_backward with gelu_inp).
@@ -1599,6 +1777,127 @@ __global__ void accumulate_loss_kernel(float* loss_sum, const float* losses, int
     sum = block_sum(sum);
     if (threadIdx.x == 0) { loss_sum[0] += weight * (sum / n); }
 }
+
+// ----------------------------------------------------------------------------------------------
+// Sampling: each completion's next token from its row of the LM head's logits, on the device so
+// that a generation step needs no host round trip.
+//
+// x = logit / temperature over the V real tokens; top-k keeps the tokens with x at or above the
+// k-th largest, top-p then the fewest largest whose probabilities sum to at least p (ties at either
+// threshold are kept); the token is drawn from the kept softmax(x) by inverse CDF in token order,
+// with a uniform keyed on (seed, completion, position). Temperature 0: the first largest logit.
+
+typedef struct {
+    float temperature;  // 0: greedy
+    int top_k;          // 0 or >= V: off
+    float top_p;        // 1: off
+    int unused;
+    uint64_t seed;
+} SamplingParams;
+
+static const int SAMPLE_THREADS = 1024;
+
+// Order-preserving map of a float's bits to an unsigned integer.
+__device__ inline unsigned int float_order(float x) {
+    unsigned int bits = __float_as_uint(x);
+    return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+// The largest key k with fn(k) true, where fn(key) = (a block-wide sum over tokens with order >= key)
+// is non-increasing in key: a bitwise binary search from the top bit, fn(0) being true.
+template <typename Fn>
+__device__ unsigned int largest_key_where(Fn fn) {
+    unsigned int key = 0;
+    for (int bit = 31; bit >= 0; bit--) {
+        unsigned int candidate = key | (1u << bit);
+        if (fn(candidate)) { key = candidate; }
+    }
+    return key;
+}
+
+// logits (M, Vp): row m is completion m's. Writes the token to next_tokens[m] (the next step's
+// input) and to tokens[m * maxT + pos + 1].
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+    sample_kernel(int* next_tokens, int* tokens, const float* logits, const SamplingParams* params,
+                  const int* position, int V, int Vp, int maxT) {
+    __shared__ float inclusive[SAMPLE_THREADS];
+    int m = blockIdx.x, tid = threadIdx.x, pos = *position;
+    int per_thread = ceil_div(V, SAMPLE_THREADS), begin = min(tid * per_thread, V), end = min(begin + per_thread, V);
+    SamplingParams sp = *params;
+    const float* row = logits + (size_t)m * Vp;
+    auto logit = [&](int v) { return row[v]; };
+
+    float local_max = -INFINITY;  // the block-wide passes take strided tokens (coalesced); the CDF, contiguous ones
+    for (int v = tid; v < V; v += SAMPLE_THREADS) { local_max = fmaxf(local_max, logit(v)); }
+    float max_logit = block_reduce(local_max, cg::greater<float>(), -INFINITY);
+    int token;
+    if (sp.temperature == 0.0f) {
+        float first = (float)V;  // token ids below 2^24 are exact as floats
+        for (int v = tid; v < V && first == (float)V; v += SAMPLE_THREADS) {
+            if (logit(v) == max_logit) { first = (float)v; }
+        }
+        token = (int)block_reduce(first, cg::less<float>(), (float)V);
+    } else {
+        float inv_t = 1.0f / sp.temperature;
+        auto weight = [&](int v) { return expf((logit(v) - max_logit) * inv_t); };
+        auto mass_from = [&](unsigned int key, bool count) {  // tokens at or above key: how many, or their weight
+            float sum = 0.0f;
+            for (int v = tid; v < V; v += SAMPLE_THREADS) {
+                if (float_order(logit(v)) >= key) { sum += count ? 1.0f : weight(v); }
+            }
+            return block_sum(sum);
+        };
+        unsigned int kept_from = 0;
+        if (sp.top_k > 0 && sp.top_k < V) {
+            kept_from = largest_key_where([&](unsigned int key) { return mass_from(key, true) >= (float)sp.top_k; });
+        }
+        if (sp.top_p < 1.0f) {
+            float target = sp.top_p * mass_from(kept_from, false);
+            unsigned int key = largest_key_where([&](unsigned int key) {
+                return mass_from(max(key, kept_from), false) >= target;
+            });
+            kept_from = max(kept_from, key);
+        }
+        // Inverse CDF: thread t's tokens cover [inclusive[t-1], inclusive[t]) of the kept mass.
+        float local = 0.0f;
+        for (int v = begin; v < end; v++) {
+            if (float_order(logit(v)) >= kept_from) { local += weight(v); }
+        }
+        cg::thread_block block = cg::this_thread_block();
+        inclusive[tid] = local;
+        block.sync();
+        for (int offset = 1; offset < SAMPLE_THREADS; offset *= 2) {  // Hillis-Steele scan
+            float add = tid >= offset ? inclusive[tid - offset] : 0.0f;
+            block.sync();
+            inclusive[tid] += add;
+            block.sync();
+        }
+        float total = inclusive[SAMPLE_THREADS - 1], below = tid > 0 ? inclusive[tid - 1] : 0.0f;
+        uint64_t bits = splitmix64(sp.seed ^ splitmix64(((uint64_t)m << 32) | (uint32_t)pos));
+        float u = (bits >> 40) / 16777216.0f;  // [0, 1)
+        float target = fminf(u * total, nextafterf(total, 0.0f));
+        int chosen = V;
+        if (below <= target && target < inclusive[tid]) {
+            float cumulative = below;
+            int last_kept = V;
+            for (int v = begin; v < end && chosen == V; v++) {
+                if (float_order(logit(v)) < kept_from) { continue; }
+                last_kept = v;
+                cumulative += weight(v);
+                if (cumulative > target) { chosen = v; }
+            }
+            if (chosen == V) { chosen = last_kept; }  // rounding never crossed the target
+        }
+        token = (int)block_reduce((float)chosen, cg::less<float>(), (float)V);
+    }
+    if (tid == 0) {
+        next_tokens[m] = token;
+        tokens[(size_t)m * maxT + pos + 1] = token;
+    }
+}
+
+// The step's position advances once every kernel of the step has read it.
+__global__ void advance_position_kernel(int* position) { *position += 1; }
 
 // ----------------------------------------------------------------------------------------------
 // AdamW over all parameters in one launch, as torch.optim.AdamW: p *= 1 - lr*wd (only for the
@@ -1775,13 +2074,6 @@ __global__ void combine_shares_kernel(StepStats* stats, const float* shares, int
 // Initialisation: p[i] = mean + std * N(0, 1) from a counter-based generator keyed on (seed,
 // first_index + i), so the values do not depend on the launch shape and every run is identical.
 
-__device__ __host__ inline uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 __global__ void init_normal_kernel(float* p, size_t n, float mean, float std, uint64_t seed, size_t first_index) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
@@ -1900,7 +2192,7 @@ typedef struct {
     float* ln;         // (B, T, C): the layernorm output of ln1 or ln2, for the next product
     float* fch_gelu;   // (B, T, 4C): the GELU's output for the fcproj product (bias_backward recomputes it)
     // scratch of the LM head
-    float* logits;     // (Vp, R): one chunk of rows, transposed; dlogits in place (gpt2_read_logits)
+    float* logits;     // (Vp, R): one chunk of rows, transposed; dlogits in place. A generation step's: (M, Vp)
     float* lnf_t;      // (C, R): the chunk's rows of lnf, transposed
     float* classifier_scratch;  // (2 CLASSIFIER_MAX_SLICES + 1, R): fused_classifier's per-row statistics
     // scratch of the backward pass
@@ -1967,7 +2259,7 @@ typedef struct {
     cudaEvent_t comm_joined;  // hand-offs between the main stream and g_comm.stream
     TransposedWeights weights_t;
     float* weights_t_memory;
-    // activations, sized for at most max_B x max_T
+    // activations, sized for batches of at most max_B x max_T tokens
     int max_B, max_T;
     int B, T;  // shape of the last forward pass
     ActivationTensors acts;
@@ -2258,45 +2550,21 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
     }
 }
 
-// Forward pass over inputs (B, T) (host, ids < V). With targets, adds loss_weight x the mean loss
-// to the device loss sum (gpt2_reset_loss, gpt2_read_loss); with_grads also computes the
-// classifier's gradients for gpt2_backward, scaled as the gradient of loss_weight x the mean loss
-// (1/micro-steps when accumulating). Nothing here waits for the GPU.
-static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_weight = 1.0f,
-                         bool with_grads = false) {
+// The embeddings, the layers and the final layernorm (into acts.lnf) over the B x T tokens in
+// model->inputs, token (b, t) at position *first_position + t (0 for NULL); attend(l, atty, lse,
+// qkv) computes layer l's attention output atty from its qkv.
+template <typename Attend>
+static void gpt2_forward_layers(GPT2* model, int B, int T, const int* first_position, Attend attend) {
     const GPT2Config* c = &model->config;
-    if (B > model->max_B || T > model->max_T) {
-        fail("batch %dx%d larger than the allocated %dx%d", B, T, model->max_B, model->max_T);
-    }
-    if (with_grads && targets == NULL) { fail("gpt2_forward: gradients need targets"); }
-    int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size;
-    size_t BT = (size_t)B * T;
-    model->B = B;
-    model->T = T;
-    model->grads_pending = with_grads;
-    cudaCheck(cudaEventSynchronize(model->upload_done));  // the staging area is free again
-    upload(model, model->inputs, inputs, BT, 0);
-    if (targets != NULL) { upload(model, model->targets, targets, BT, BT); }
-    if (with_grads) {
-        TokenBuckets* tb = &model->buckets;
-        token_buckets_build(tb, inputs, (int)BT, V, WTE_BUCKET_POSITIONS);
-        upload(model, model->bucket_tokens, tb->tokens.data(), tb->num_buckets, 2 * BT);
-        upload(model, model->bucket_starts, tb->starts.data(), tb->num_buckets + 1, 3 * BT);
-        upload(model, model->bucket_positions, tb->positions.data(), BT, 4 * BT + 1);
-        upload(model, model->bucket_groups, tb->groups.data(), tb->num_buckets, 5 * BT + 1);
-        upload(model, model->group_bounds, tb->group_bounds.data(), 2 * tb->num_groups, 6 * BT + 1);
-    }
-    cudaCheck(cudaEventRecord(model->upload_done));
-
+    int L = c->num_layers, NH = c->num_heads, C = c->channels;
+    size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
-    size_t btc = BT * C;
+    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, first_position, B, T, C);
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
         float* qkv = a.qkv + l * 3 * btc;
         float* atty = a.atty + l * btc;
-        float* lse = a.lse + l * BT * NH;
         float* residual2 = a.residual2 + l * btc;
         float* fch = a.fch + l * 4 * btc;
         // a.dbtc holds each projection's output until the next layernorm adds it to the residual
@@ -2308,7 +2576,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
                               a.residual2 + (l - 1) * btc, a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
         }
         matmul_forward(qkv, a.ln, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
-        flash_attention_forward(atty, lse, qkv, B, T, NH, C / NH, c->attention, !g_use_tf32);
+        attend(l, atty, a.lse + l * BT * NH, qkv);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
         layernorm_forward(a.ln, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, residual, a.dbtc,
                           p.ln2w + l * C, p.ln2b + l * C, BT, C);
@@ -2318,15 +2586,50 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     }
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * btc, a.residual2 + (L - 1) * btc,
                       a.dbtc, p.lnfw, p.lnfb, BT, C);
-    classifier_forward(model, targets != NULL, with_grads, loss_weight);
 }
 
-// logits[0..n) of row `row` of the last chunk of the last forward pass without targets.
-static void gpt2_read_logits(const GPT2* model, size_t row, int n, float* logits) {
-    size_t rows = (size_t)model->B * model->T % CLASSIFIER_CHUNK_ROWS;
-    if (rows == 0) { rows = std::min((size_t)model->B * model->T, CLASSIFIER_CHUNK_ROWS); }
-    cudaCheck(cudaMemcpy2D(logits, sizeof(float), model->acts.logits + row, rows * sizeof(float), sizeof(float), n,
-                           cudaMemcpyDeviceToHost));
+// Uploads inputs (B, T) (host, ids < V) and, if given, targets; with_grads also the wte
+// gradient's token buckets. Nothing here waits for the GPU but the previous upload.
+static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets, int B, int T, bool with_grads) {
+    const GPT2Config* c = &model->config;
+    if ((size_t)B * T > (size_t)model->max_B * model->max_T || T > c->max_seq_len) {
+        fail("batch %dx%d larger than the allocated %dx%d or the model's maxT %d", B, T, model->max_B, model->max_T,
+             c->max_seq_len);
+    }
+    size_t BT = (size_t)B * T;
+    cudaCheck(cudaEventSynchronize(model->upload_done));  // the staging area is free again
+    upload(model, model->inputs, inputs, BT, 0);
+    if (targets != NULL) { upload(model, model->targets, targets, BT, BT); }
+    if (with_grads) {
+        TokenBuckets* tb = &model->buckets;
+        token_buckets_build(tb, inputs, (int)BT, c->vocab_size, WTE_BUCKET_POSITIONS);
+        upload(model, model->bucket_tokens, tb->tokens.data(), tb->num_buckets, 2 * BT);
+        upload(model, model->bucket_starts, tb->starts.data(), tb->num_buckets + 1, 3 * BT);
+        upload(model, model->bucket_positions, tb->positions.data(), BT, 4 * BT + 1);
+        upload(model, model->bucket_groups, tb->groups.data(), tb->num_buckets, 5 * BT + 1);
+        upload(model, model->group_bounds, tb->group_bounds.data(), 2 * tb->num_groups, 6 * BT + 1);
+    }
+    cudaCheck(cudaEventRecord(model->upload_done));
+}
+
+// Forward pass over inputs (B, T) (host, ids < V; B * T within the allocated activations). With
+// targets, adds loss_weight x the mean loss to the device loss sum (gpt2_reset_loss,
+// gpt2_read_loss) and leaves each position's loss in acts.losses; with_grads also computes the
+// classifier's gradients for gpt2_backward, scaled as the gradient of loss_weight x the mean loss
+// (1/micro-steps when accumulating). Nothing here waits for the GPU.
+static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_weight = 1.0f,
+                         bool with_grads = false) {
+    if (with_grads && targets == NULL) { fail("gpt2_forward: gradients need targets"); }
+    const GPT2Config* c = &model->config;
+    gpt2_upload_batch(model, inputs, targets, B, T, with_grads);
+    model->B = B;
+    model->T = T;
+    model->grads_pending = with_grads;
+    int NH = c->num_heads, hs = c->channels / NH;
+    gpt2_forward_layers(model, B, T, NULL, [&](int, float* atty, float* lse, const float* qkv) {
+        flash_attention_forward(atty, lse, qkv, B, T, NH, hs, c->attention, !g_use_tf32);
+    });
+    classifier_forward(model, targets != NULL, with_grads, loss_weight);
 }
 
 static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(&model->stats->loss, 0, sizeof(float))); }
@@ -2573,6 +2876,152 @@ static void gpt2_free(GPT2* model) {
 }
 
 // ----------------------------------------------------------------------------------------------
+// Generation: M completions of one prompt with a KV cache. The prompt but its last token runs once
+// (B = 1) through the forward pass with flash attention, and its keys and values are copied to
+// every completion's cache; then each step (gpt2_decode_step) runs one position per completion
+// through the model, attending over the cache, and samples the next tokens on the device. The
+// step is captured once as a CUDA graph and replayed; what changes from step to step (the
+// position, the tokens, the sampling flags) lives in device memory.
+
+static const int GENERATE_LOOKAHEAD = 4;  // steps queued ahead of the one whose tokens are read
+
+typedef struct {
+    int M, max_T;              // completions; positions the cache holds (prompt and new tokens)
+    float* kv;                 // (L, M, max_T, 2C): every layer's keys and values (attention_decode)
+    float* partials;           // attention_decode's per-chunk results
+    unsigned int* counters;    // attention_decode's, one per (completion, head)
+    int* position;             // device: the position the next step processes
+    SamplingParams* sampling;  // device
+    int* tokens;               // pinned, mapped (M, max_T): each completion's tokens; the sampler writes its picks
+    int* tokens_device;        // the device's address of tokens
+    bool warm;                 // a step ran eagerly, outside any capture (it made the matrix products' plans)
+    cudaGraphExec_t step;      // one gpt2_decode_step, captured after the first (eager) one
+    cudaEvent_t step_done[GENERATE_LOOKAHEAD];
+} Generator;
+
+static void generator_init(Generator* gen, const GPT2* model, int M, int max_T) {
+    const GPT2Config* c = &model->config;
+    int NH = c->num_heads, hs = c->channels / NH;
+    *gen = Generator();
+    gen->M = M;
+    gen->max_T = max_T;
+    size_t kv_floats = (size_t)c->num_layers * M * max_T * 2 * c->channels;
+    gen->kv = (float*)device_malloc(kv_floats * sizeof(float), "the KV cache");
+    size_t partials = (size_t)M * NH * ceil_div(max_T, DECODE_CHUNK) * (hs + 2);
+    gen->partials = (float*)device_malloc(partials * sizeof(float), "the KV cache");
+    gen->counters = (unsigned int*)device_malloc((size_t)M * NH * sizeof(unsigned int), "the KV cache");
+    cudaCheck(cudaMemset(gen->counters, 0, (size_t)M * NH * sizeof(unsigned int)));
+    gen->position = (int*)device_malloc(sizeof(int), "the KV cache");
+    gen->sampling = (SamplingParams*)device_malloc(sizeof(SamplingParams), "the KV cache");
+    cudaCheck(cudaHostAlloc(&gen->tokens, (size_t)M * max_T * sizeof(int), cudaHostAllocMapped));
+    cudaCheck(cudaHostGetDevicePointer(&gen->tokens_device, gen->tokens, 0));
+    for (cudaEvent_t& event : gen->step_done) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+}
+
+static void generator_free(Generator* gen) {
+    for (void* buffer : {(void*)gen->kv, (void*)gen->partials, (void*)gen->counters, (void*)gen->position,
+                         (void*)gen->sampling}) {
+        cudaCheck(cudaFree(buffer));
+    }
+    cudaCheck(cudaFreeHost(gen->tokens));
+    if (gen->step != NULL) { cudaCheck(cudaGraphExecDestroy(gen->step)); }
+    for (cudaEvent_t event : gen->step_done) { cudaCheck(cudaEventDestroy(event)); }
+}
+
+// One position of each completion through the model at *position, then its next token sampled
+// into model->inputs (the next step's input) and gen->tokens, and the position advanced.
+static void gpt2_decode_step(GPT2* model, Generator* gen) {
+    const GPT2Config* c = &model->config;
+    int M = gen->M, NH = c->num_heads, C = c->channels;
+    size_t layer_kv = (size_t)M * gen->max_T * 2 * C;
+    model->B = M;
+    model->T = 1;
+    gpt2_forward_layers(model, M, 1, gen->position, [&](int l, float* atty, float*, const float* qkv) {
+        attention_decode(atty, gen->partials, gen->counters, gen->kv + l * layer_kv, qkv, gen->position, M,
+                         gen->max_T, NH, C / NH, c->attention);
+    });
+    ActivationTensors a = model->acts;
+    matmul_forward(a.logits, a.lnf, model->params.wte, NULL, M, C, c->padded_vocab_size);  // (M, Vp)
+    sample_kernel<<<M, SAMPLE_THREADS>>>(model->inputs, gen->tokens_device, a.logits, gen->sampling, gen->position,
+                                         c->vocab_size, c->padded_vocab_size, gen->max_T);
+    cudaCheck(cudaGetLastError());
+    advance_position_kernel<<<1, 1>>>(gen->position);
+    cudaCheck(cudaGetLastError());
+}
+
+// Queues a step: the first runs eagerly (it also makes the matrix products' plans), then it is
+// captured, and every later step replays the graph.
+static void generator_queue_step(GPT2* model, Generator* gen) {
+    if (!gen->warm) {
+        gpt2_decode_step(model, gen);
+        gen->warm = true;
+        return;
+    }
+    if (gen->step == NULL) {
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
+        gpt2_decode_step(model, gen);
+        cudaCheck(cudaStreamEndCapture(cudaStreamPerThread, &graph));
+        cudaCheck(cudaGraphInstantiate(&gen->step, graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+    }
+    cudaCheck(cudaGraphLaunch(gen->step, cudaStreamPerThread));
+}
+
+// Queues the prompt (n >= 1 ids < V) for all M completions: its first n - 1 tokens through the
+// forward pass into the cache, its last as the first step's input at position n - 1.
+static void generator_start(GPT2* model, Generator* gen, const std::vector<int>& prompt, const SamplingParams* sp) {
+    const GPT2Config* c = &model->config;
+    int n = (int)prompt.size(), M = gen->M;
+    if (n < 1 || n >= gen->max_T) { fail("generation: a prompt of %d tokens leaves no room in %d positions", n, gen->max_T); }
+    if (n > 1) {
+        gpt2_upload_batch(model, prompt.data(), NULL, 1, n - 1, false);
+        model->B = 1;
+        model->T = n - 1;
+        model->grads_pending = false;
+        int NH = c->num_heads;
+        gpt2_forward_layers(model, 1, n - 1, NULL, [&](int, float* atty, float* lse, const float* qkv) {
+            flash_attention_forward(atty, lse, qkv, 1, n - 1, NH, c->channels / NH, c->attention, !g_use_tf32);
+        });
+        kv_cache_fill(gen->kv, model->acts.qkv, c->num_layers, M, n - 1, gen->max_T, c->channels);
+    }
+    cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));  // gen->tokens is no longer being written
+    std::vector<int> last(M, prompt[n - 1]);
+    gpt2_upload_batch(model, last.data(), NULL, M, 1, false);
+    for (int m = 0; m < M; m++) { memcpy(gen->tokens + (size_t)m * gen->max_T, prompt.data(), n * sizeof(int)); }
+    int position = n - 1;
+    cudaCheck(cudaMemcpyAsync(gen->position, &position, sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpyAsync(gen->sampling, sp, sizeof(SamplingParams), cudaMemcpyHostToDevice));
+}
+
+// Runs up to max_new steps after generator_start with a prompt of n tokens, calling
+// on_token(m, id) for each new token of every completion still going (one ends after eot) as soon
+// as its step is done. Returns the steps run.
+template <typename OnToken>
+static int generator_run(GPT2* model, Generator* gen, int n, int max_new, int eot, OnToken on_token) {
+    int steps = std::min(max_new, gen->max_T - n), queued = 0, live = gen->M;
+    std::vector<bool> ended(gen->M, false);
+    for (int step = 0; step < steps && live > 0; step++) {
+        for (; queued < steps && queued < step + GENERATE_LOOKAHEAD; queued++) {
+            generator_queue_step(model, gen);
+            cudaCheck(cudaEventRecord(gen->step_done[queued % GENERATE_LOOKAHEAD], cudaStreamPerThread));
+        }
+        cudaCheck(cudaEventSynchronize(gen->step_done[step % GENERATE_LOOKAHEAD]));
+        for (int m = 0; m < gen->M; m++) {
+            if (ended[m]) { continue; }
+            int id = gen->tokens[(size_t)m * gen->max_T + n + step];
+            on_token(m, id);
+            if (id == eot) {
+                ended[m] = true;
+                live--;
+            }
+        }
+    }
+    cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));
+    return queued;
+}
+
+// ----------------------------------------------------------------------------------------------
 // Device setup
 
 // Returns false when no CUDA device is usable (the tests then skip). The device is the one of
@@ -2640,50 +3089,6 @@ static float learning_rate(const RunShape* r, int step) {
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------------
-// Sampling
-
-static uint64_t g_sample_rng_state;
-
-static float sample_uniform() {
-    g_sample_rng_state = splitmix64(g_sample_rng_state);
-    return (g_sample_rng_state >> 40) / 16777216.0f;
-}
-
-// Samples a token from softmax(logits[0..V)).
-static int sample_token(const float* logits, int V) {
-    float max_logit = -FLT_MAX;
-    for (int i = 0; i < V; i++) { max_logit = fmaxf(max_logit, logits[i]); }
-    double sum = 0.0;
-    for (int i = 0; i < V; i++) { sum += exp(logits[i] - max_logit); }
-    double threshold = sample_uniform() * sum, cumulative = 0.0;
-    for (int i = 0; i < V; i++) {
-        cumulative += exp(logits[i] - max_logit);
-        if (cumulative > threshold) { return i; }
-    }
-    return V - 1;
-}
-
-// Generates num_tokens after <|endoftext|> and prints them. Each step runs the model on the
-// tokens so far as one sequence (B = 1); causality makes the last position's logits exact.
-static void generate(GPT2* model, const Tokenizer* tokenizer, int num_tokens) {
-    const GPT2Config* c = &model->config;
-    std::vector<int> tokens = {(int)tokenizer->eot_token};
-    std::vector<float> logits(c->vocab_size);
-    Utf8Printer printer;
-    printf("generated: ");
-    for (int i = 0; i < num_tokens; i++) {
-        int T = (int)tokens.size();
-        gpt2_forward(model, tokens.data(), NULL, 1, T);
-        gpt2_read_logits(model, T - 1, c->vocab_size, logits.data());
-        int next = sample_token(logits.data(), c->vocab_size);
-        tokens.push_back(next);
-        printer.print_token(tokenizer, next, stdout);
-    }
-    printer.finish(stdout);
-    printf("\n");
-}
-
-// ----------------------------------------------------------------------------------------------
 // Run configuration
 
 typedef struct {
@@ -2700,6 +3105,15 @@ typedef struct {
     int max_skips;      // --max-skips: consecutive skipped updates that end the run
     int debug_nan_step;  // --debug-nan-step: a test hook, NaN gradients at this step (-1: off)
     float peak_tflops;  // 0: from the table of known GPUs
+    // generation: --prompt or --prompt-file prints completions and exits
+    const char* prompt;       // the text, or NULL
+    const char* prompt_file;  // or the file holding it
+    int gen_new, batch_samples, show_ids;  // --gen, --batch-samples, --show-ids
+    SamplingParams sampling;  // --temperature, --top-k, --top-p; --seed
+    // evaluation: HellaSwag-style multiple choice (llmc/eval.h)
+    const char* eval_path;    // --eval FILE, or NULL
+    int eval_every;           // --eval-every N: also every N steps (0: at the end only)
+    const char* eval_report;  // --eval-report FILE: each example's choice and losses, of the last evaluation
 } TrainArgs;
 
 static void print_usage() {
@@ -2749,8 +3163,22 @@ static void print_usage() {
         "  -y 0|1      resume from the latest checkpoint in -o DIR, on any number of GPUs (default 0)\n"
         "  --force     start a new run in an -o DIR that holds another run\n"
         "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
-        "  --tokenizer FILE     vocabulary for printing samples (default: the bundled dev/data/gpt2_encoder.json)\n"
+        "  --tokenizer FILE     vocabulary for prompts and samples (default: the bundled dev/data/gpt2_encoder.json)\n"
         "  --peak-tflops F      TF32 peak of one GPU for MFU (default: a table of known GPUs)\n"
+        "multiple-choice evaluation (HellaSwag's .jsonl: ctx, 4 endings, label; scored by the mean loss of\n"
+        "each ending's tokens, the lowest wins)\n"
+        "  --eval FILE         evaluate at the end of training, or without training with -x 0\n"
+        "  --eval-every N      also every N steps (default 0: at the end only)\n"
+        "  --eval-report FILE  write each example's choice and four losses (one GPU)\n"
+        "generation (prints completions of a prompt with the -e model and exits; no data files needed)\n"
+        "  --prompt TEXT       the prompt (\"\" starts from <|endoftext|>)\n"
+        "  --prompt-file FILE  the prompt from a file\n"
+        "  --gen N             new tokens per completion, up to the model's maxT (default 256)\n"
+        "  --batch-samples M   completions, generated together (default 1)\n"
+        "  --temperature T     0 = greedy (default 1.0)\n"
+        "  --top-k K           sample from the K most likely tokens, 0 = all (default 0)\n"
+        "  --top-p P           then from the most likely ones summing to P, 1 = all (default 1.0)\n"
+        "  --show-ids          also print each completion's token ids\n"
         "  -h          this help\n", SPIKE_Z_DEFAULT);
 }
 
@@ -2795,6 +3223,9 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
     args.val_batches = 20;
     args.sample_every = 20;
     args.gen_tokens = 64;
+    args.gen_new = 256;
+    args.batch_samples = 1;
+    args.sampling = SamplingParams{1.0f, 0, 1.0f, 0, 0};
     static const char* const attention_kinds[] = {"softmax", "relu"};
     static const char* const schedules[] = {"cosine", "linear", "constant"};
     RunShape* r = &args.shape;
@@ -2806,6 +3237,10 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
         }
         if (strcmp(flag, "--force") == 0) {
             args.force = 1;
+            continue;
+        }
+        if (strcmp(flag, "--show-ids") == 0) {
+            args.show_ids = 1;
             continue;
         }
         if (strcmp(flag, "--gpus") == 0 || strcmp(flag, "-ng") == 0) {  // 1: this process (launch_gpus_flag)
@@ -2850,6 +3285,16 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
         else if (strcmp(flag, "-y") == 0) { args.resume = parse_int_flag(flag, value); }
         else if (strcmp(flag, "--peak-tflops") == 0) { args.peak_tflops = parse_float_flag(flag, value); }
         else if (strcmp(flag, "--stop-at") == 0) { args.stop_at = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "--prompt") == 0) { args.prompt = value; }
+        else if (strcmp(flag, "--prompt-file") == 0) { args.prompt_file = value; }
+        else if (strcmp(flag, "--gen") == 0) { args.gen_new = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "--batch-samples") == 0) { args.batch_samples = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "--temperature") == 0) { args.sampling.temperature = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "--top-k") == 0) { args.sampling.top_k = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "--top-p") == 0) { args.sampling.top_p = parse_float_flag(flag, value); }
+        else if (strcmp(flag, "--eval") == 0) { args.eval_path = value; }
+        else if (strcmp(flag, "--eval-every") == 0) { args.eval_every = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "--eval-report") == 0) { args.eval_report = value; }
         else { fail("unknown flag %s (see -h)", flag); }
     }
     require(r->B > 0, "-b", "batch size must be positive");
@@ -2862,7 +3307,8 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
              (long long)args.total_batch_tokens, r->B, r->T, world, (long long)(micro_tokens * world));
     }
     r->micro_batches = (int)micro_batches;
-    require(r->max_steps == -1 || r->max_steps > 0, "-x", "steps must be positive");
+    require(r->max_steps == -1 || r->max_steps > 0 || (r->max_steps == 0 && args.eval_path != NULL), "-x",
+            "steps must be positive (0 only with --eval: evaluate without training)");
     require(r->lr >= 0.0f, "-l", "learning rate must not be negative");
     require(r->warmup_steps >= 0, "-u", "warmup steps must not be negative");
     require(r->final_lr_frac >= 0.0f && r->final_lr_frac <= 1.0f, "-q", "final fraction must be in [0, 1]");
@@ -2886,9 +3332,22 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
     require(args.output_dir != NULL || (args.checkpoint_every == 0 && !args.resume), "-o", "-n and -y need an output directory");
     require(args.peak_tflops >= 0.0f, "--peak-tflops", "must not be negative");
     require(args.stop_at >= 0, "--stop-at", "must not be negative (0: off)");
-    // the bundled files, found from any directory (llmc/paths.h)
-    if (args.train_pattern.empty()) { args.train_pattern = find_bundled_file(TINY_SHAKESPEARE_TRAIN, NULL, "-i"); }
-    if (args.val_pattern.empty()) { args.val_pattern = find_bundled_file(TINY_SHAKESPEARE_VAL, NULL, "-j"); }
+    require(args.prompt == NULL || args.prompt_file == NULL, "--prompt-file", "and --prompt: give one of them");
+    require(args.gen_new >= 1, "--gen", "must be at least 1");
+    require(args.batch_samples >= 1, "--batch-samples", "must be at least 1");
+    require(args.sampling.temperature >= 0.0f && isfinite(args.sampling.temperature), "--temperature",
+            "must be a finite number >= 0");
+    require(args.sampling.top_k >= 0, "--top-k", "must not be negative (0: off)");
+    require(args.sampling.top_p > 0.0f && args.sampling.top_p <= 1.0f, "--top-p", "must be in (0, 1]");
+    require(args.eval_every >= 0, "--eval-every", "must not be negative (0: at the end only)");
+    require(args.eval_path != NULL || (args.eval_every == 0 && args.eval_report == NULL), "--eval",
+            "--eval-every and --eval-report need an --eval file");
+    require(args.eval_report == NULL || world == 1, "--eval-report", "needs one GPU (each GPU scores its own examples)");
+    args.sampling.seed = r->seed;
+    // the bundled files, found from any directory (llmc/paths.h); generating or only evaluating reads no data
+    bool trains = args.prompt == NULL && args.prompt_file == NULL && r->max_steps != 0;
+    if (trains && args.train_pattern.empty()) { args.train_pattern = find_bundled_file(TINY_SHAKESPEARE_TRAIN, NULL, "-i"); }
+    if (trains && args.val_pattern.empty()) { args.val_pattern = find_bundled_file(TINY_SHAKESPEARE_VAL, NULL, "-j"); }
     args.tokenizer = find_bundled_file(GPT2_VOCABULARY, args.tokenizer.empty() ? NULL : args.tokenizer.c_str(), "--tokenizer");
     return args;
 }
@@ -2908,7 +3367,8 @@ static float tf32_peak_tflops(const char* device_name) {
 // Checkpoints: DIR/model_%08d.bin (the classic model format), DIR/state_%08d.bin (the run state
 // below), DIR/latest (the step of the newest pair, as text). All written atomically by rank 0.
 // State header, 256 int32: [0] magic, [1] version, [2] steps done, [3] AdamW step, [16..) the
-// RunShape, [64..80) the training DataLoaderState, [96..98) the sampling RNG; then AdamW m and v
+// RunShape, [64..80) the training DataLoaderState ([96..98) held a sampling RNG until samples were
+// keyed on the step); then AdamW m and v
 // of all parameters, whatever the number of GPUs that wrote it (each rank reads its slice).
 
 static const int STATE_MAGIC = 20240417;
@@ -2951,7 +3411,6 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
     DataLoaderState loader_state = dataloader_state(loader);
     memcpy(&header[16], shape, sizeof(*shape));
     memcpy(&header[64], &loader_state, sizeof(loader_state));
-    memcpy(&header[96], &g_sample_rng_state, sizeof(g_sample_rng_state));
     memcpy(&header[STATE_WINDOW_SLOT], &stats.recent_norms, sizeof(stats.recent_norms));
     header[STATE_CHECKSUM_SLOT] = (int)state_checksum(header, moments.data(), moments.size());
     checkpoint_path(path, sizeof(path), dir, "state", step);
@@ -3092,7 +3551,6 @@ static void load_run_state(const char* dir, int step, GPT2* model, const RunShap
     DataLoaderState loader_state;
     memcpy(&loader_state, &header[64], sizeof(loader_state));
     dataloader_restore(loader, &loader_state);
-    memcpy(&g_sample_rng_state, &header[96], sizeof(g_sample_rng_state));
     size_t begin = model->shard.begin, owned = model->shard.end - begin;
     std::vector<float> slice(owned);
     float* moments[2] = {model->m_memory, model->v_memory};
@@ -3156,6 +3614,190 @@ static float validation_loss(GPT2* model, DataLoader* loader, int batches) {
     }
     gpt2_share_step_stats(model);
     return gpt2_read_stats(model)->loss;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Samples and prompts (the Generator above)
+
+// A training sample: up to num_tokens after <|endoftext|> at temperature 1, keyed on the step.
+static void print_sample(GPT2* model, Generator* gen, const Tokenizer* tokenizer, uint64_t seed, int num_tokens) {
+    SamplingParams sampling = {1.0f, 0, 1.0f, 0, seed};
+    int eot = (int)tokenizer->eot_token;
+    generator_start(model, gen, std::vector<int>{eot}, &sampling);
+    Utf8Printer printer;
+    printf("generated: ");
+    generator_run(model, gen, 1, num_tokens, eot, [&](int, int id) {
+        if (id != eot) { printer.print_token(tokenizer, id, stdout); }
+    });
+    printer.finish(stdout);
+    printf("\n");
+}
+
+// The prompt's token ids (an empty prompt: <|endoftext|>), each checked against the model's vocabulary.
+static std::vector<int> encode_prompt(const TrainArgs* args, const Tokenizer* tokenizer, int vocab_size) {
+    std::string text = args->prompt != NULL ? args->prompt : "";
+    if (args->prompt_file != NULL) {
+        FILE* f = fopen_or_fail(args->prompt_file, "rb");
+        text.resize(std::max<int64_t>(file_size(args->prompt_file), 0));
+        fread_or_fail(&text[0], 1, text.size(), f, args->prompt_file);
+        fclose(f);
+    }
+    std::vector<uint32_t> ids;
+    tokenizer_encode(tokenizer, text.data(), text.size(), &ids);
+    if (ids.empty()) { ids.push_back(tokenizer->eot_token); }
+    const char* flag = args->prompt != NULL ? "--prompt" : "--prompt-file";
+    for (uint32_t id : ids) {
+        if (id >= (uint32_t)vocab_size) {
+            fail("flag %s: token %u of the prompt is outside the model's vocabulary of %d", flag, id, vocab_size);
+        }
+    }
+    return std::vector<int>(ids.begin(), ids.end());
+}
+
+// --prompt: prints the completions, the first as it is generated, and the speed.
+static void generate_main(const TrainArgs* args) {
+    if (!cuda_setup(args->shape.use_tf32 == 1)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
+    GPT2 model;
+    build_model(&model, args, -1);
+    const GPT2Config* c = &model.config;
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, args->tokenizer.c_str());
+    std::vector<int> prompt = encode_prompt(args, &tokenizer, c->vocab_size);
+    int n = (int)prompt.size(), M = args->batch_samples, eot = (int)tokenizer.eot_token;
+    if (n >= c->max_seq_len) {
+        fail("flag --prompt: %d tokens leave no room to generate within the model's maxT of %d", n, c->max_seq_len);
+    }
+    gpt2_allocate_activations(&model, 1, std::max(n - 1, M));
+    Generator gen;
+    generator_init(&gen, &model, M, std::min(c->max_seq_len, n + args->gen_new));
+
+    double start = wall_seconds();
+    generator_start(&model, &gen, prompt, &args->sampling);
+    cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));
+    double prefilled = wall_seconds(), first_step = 0.0;
+    std::vector<std::vector<int>> completions(M);
+    Utf8Printer printer;
+    for (int id : prompt) {
+        if (id != eot) { printer.print_token(&tokenizer, id, stdout); }
+    }
+    int steps = generator_run(&model, &gen, n, args->gen_new, eot, [&](int m, int id) {
+        if (first_step == 0.0) { first_step = wall_seconds(); }
+        completions[m].push_back(id);
+        if (m == 0 && id != eot) { printer.print_token(&tokenizer, id, stdout); }
+    });
+    double done = wall_seconds();
+    printer.finish(stdout);
+    printf("\n");
+    for (int m = 1; m < M; m++) {
+        printf("--- completion %d\n", m);
+        Utf8Printer completion;
+        for (int id : completions[m]) {
+            if (id != eot) { completion.print_token(&tokenizer, id, stdout); }
+        }
+        completion.finish(stdout);
+        printf("\n");
+    }
+    for (int m = 0; m < M && args->show_ids; m++) {
+        printf("ids %d:", m);
+        for (int id : completions[m]) { printf(" %d", id); }
+        printf("\n");
+    }
+    printf("prefill: %d tokens in %.1f ms\n", n - 1, (prefilled - start) * 1e3);
+    // The first step also captures the step's graph: the speed is that of the steps after it.
+    printf("decode: %d steps x %d completions in %.1f ms: %.0f tokens/s\n", steps, M, (done - prefilled) * 1e3,
+           steps > 1 ? (steps - 1) * M / (done - first_step) : 0.0);
+    generator_free(&gen);
+    tokenizer_free(&tokenizer);
+    gpt2_free(&model);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Multiple-choice evaluation (llmc/eval.h): each batch of (context, ending) rows is one forward
+// pass with targets, whose per-position losses (acts.losses) score the endings on the host.
+
+// Loads --eval's file and plans this rank's batches of at most B x T tokens.
+static void eval_prepare(const TrainArgs* args, const Tokenizer* tokenizer, int vocab_size, EvalSet* set,
+                         std::vector<EvalBatch>* batches) {
+    const RunShape* r = &args->shape;
+    std::string error;
+    if (!eval_load(args->eval_path, tokenizer, vocab_size, r->T, set, &error) ||
+        !eval_plan(*set, (size_t)r->B * r->T, g_comm.rank, g_comm.world, batches, &error)) {
+        fail("flag --eval: %s", error.c_str());
+    }
+    printf0("eval: %zu examples from %s", set->examples.size(), args->eval_path);
+    if (set->skipped_empty + set->skipped_long > 0) { printf0(", skipped %s", eval_skip_reasons(*set).c_str()); }
+    if (set->truncated > 0) { printf0(", %d with contexts cut from the left to fit T = %d", set->truncated, r->T); }
+    printf0("\n");
+}
+
+// Every rank's mean losses to every rank: each example was scored on one rank, the others hold
+// zeros, and the doubles travel as raw bits (an all-gather only copies), so the sums are exact.
+static void share_eval_losses(std::vector<EvalLosses>* losses) {
+    int world = g_comm.world;
+    if (world == 1) { return; }
+    size_t floats = losses->size() * sizeof(EvalLosses) / sizeof(float);
+    float* buffer = (float*)device_malloc(floats * world * sizeof(float), "evaluation");
+    g_device_bytes -= floats * world * sizeof(float);  // freed below
+    cudaCheck(cudaMemcpy(buffer + g_comm.rank * floats, losses->data(), floats * sizeof(float), cudaMemcpyHostToDevice));
+    comm_all_gather(&g_comm, buffer, floats);
+    cudaCheck(cudaStreamSynchronize(g_comm.stream));
+    std::vector<EvalLosses> all(losses->size() * world);
+    cudaCheck(cudaMemcpy(all.data(), buffer, floats * world * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaFree(buffer));
+    for (size_t e = 0; e < losses->size(); e++) {
+        for (int i = 0; i < kEvalEndings; i++) {
+            double sum = 0.0;
+            for (int rank = 0; rank < world; rank++) { sum += all[rank * losses->size() + e][i]; }
+            (*losses)[e][i] = sum;
+        }
+    }
+}
+
+// Scores the set, prints and logs the accuracy (s:STEP eval:ACCURACY) and writes --eval-report.
+static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, const std::vector<EvalBatch>& batches,
+                     int step, FILE* log) {
+    double start = wall_seconds();
+    std::vector<EvalLosses> losses(set->examples.size(), EvalLosses{});
+    std::vector<float> row_losses;
+    for (const EvalBatch& b : batches) {
+        gpt2_forward(model, b.inputs.data(), b.targets.data(), b.rows, b.T);
+        row_losses.resize((size_t)b.rows * b.T);
+        cudaCheck(cudaMemcpy(row_losses.data(), model->acts.losses, row_losses.size() * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+        eval_score_batch(b, row_losses.data(), &losses);
+    }
+    share_eval_losses(&losses);
+    EvalResult result = eval_result(*set, losses);
+    printf0("eval: accuracy %.4f (%d/%d) at step %d in %.2f s\n", result.accuracy(), result.correct, result.evaluated,
+            step, wall_seconds() - start);
+    if (log != NULL) {
+        fprintf(log, "s:%d eval:%.4f\n", step, result.accuracy());
+        fflush(log);
+    }
+    if (args->eval_report != NULL && g_comm.rank == 0) { eval_write_report(args->eval_report, *set, losses, result); }
+}
+
+// --eval with -x 0: evaluates the -e model and exits; no training data is read.
+static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
+    const RunShape* r = &args->shape;
+    if (!cuda_setup(r->use_tf32 == 1, me->local_rank)) { fail("no CUDA GPU found: evaluation needs an NVIDIA GPU"); }
+    comm_init(&g_comm, me, args->rendezvous_dir);
+    GPT2 model;
+    build_model(&model, args, -1);
+    if (r->T > model.config.max_seq_len) {
+        fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, model.config.max_seq_len);
+    }
+    gpt2_reset_step_stats(&model, r->spike_window);
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, args->tokenizer.c_str());
+    EvalSet set;
+    std::vector<EvalBatch> batches;
+    eval_prepare(args, &tokenizer, model.config.vocab_size, &set, &batches);
+    gpt2_allocate_activations(&model, r->B, r->T);
+    evaluate(&model, args, &set, batches, 0, NULL);
+    tokenizer_free(&tokenizer);
+    gpt2_free(&model);
+    comm_free(&g_comm);
 }
 
 // FNV-1a of what must be the same on every rank: the flags that shape the run, the model's
@@ -3229,6 +3871,9 @@ typedef struct {
     GPT2 model;
     DataLoader train_loader, val_loader;
     Tokenizer tokenizer;
+    Generator sampler;   // rank 0's, for the samples every -s steps (sampler.M = 0: none)
+    EvalSet eval_set;    // --eval's examples, and this rank's batches of them
+    std::vector<EvalBatch> eval_batches;
     FILE* log;           // rank 0's main.log, or NULL
     int start_step;
     int micro_steps;     // this rank's micro-steps per optimizer step
@@ -3320,14 +3965,21 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
                     "the flags, model or data");
 
     run->log = open_run_log(args);
-    g_sample_rng_state = r->seed;
     if (resume_step >= 0) {
         load_run_state(args->output_dir, resume_step, model, r, &run->train_loader);
         run->start_step = resume_step;
         printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, resume_step, world, world > 1 ? "s" : "");
         if (run->log) { fprintf(run->log, "# resumed at step %d on %d GPUs\n", resume_step, world); }
     }
-    gpt2_allocate_activations(model, r->B, std::max(r->T, std::min(args->gen_tokens + 1, c->max_seq_len)));
+    gpt2_allocate_activations(model, r->B, r->T);
+    bool samples = args->sample_every > 0 && args->gen_tokens > 0 && g_comm.rank == 0;
+    if (samples && run->tokenizer.eot_token >= (uint32_t)c->vocab_size) {
+        printf0("samples off: the model's vocabulary of %d has no <|endoftext|> (%u) to start from\n", c->vocab_size,
+                run->tokenizer.eot_token);
+        samples = false;
+    }
+    if (samples) { generator_init(&run->sampler, model, 1, std::min(args->gen_tokens + 1, c->max_seq_len)); }
+    if (args->eval_path != NULL) { eval_prepare(args, &run->tokenizer, c->vocab_size, &run->eval_set, &run->eval_batches); }
     run->peak_tflops = args->peak_tflops > 0 ? args->peak_tflops : tf32_peak_tflops(g_device_name);
     run_print_config(run, val_B);
     run->flops_per_step =
@@ -3446,7 +4098,11 @@ static void run_periodic(Run* run, int step, bool last_step) {
             fflush(run->log);
         }
     }
-    if (sample_due && g_comm.rank == 0) { generate(model, &run->tokenizer, std::min(args->gen_tokens, model->max_T - 1)); }
+    bool eval_due = args->eval_path != NULL && (last_step || (args->eval_every > 0 && step % args->eval_every == 0 && step > 0));
+    if (eval_due) { evaluate(model, args, &run->eval_set, run->eval_batches, step, run->log); }
+    if (sample_due && run->sampler.M > 0) {
+        print_sample(model, &run->sampler, &run->tokenizer, args->shape.seed + step, args->gen_tokens);
+    }
     if (last_step && run->stop_requested) {
         if (checkpoint_due) {
             printf0("stopped by a signal after step %d: checkpoint %s/model_%08d.bin; resume with the same flags and "
@@ -3470,6 +4126,7 @@ static void run_finish(Run* run) {
     if (g_comm.rank == 0) { printf("weights checksum: %016llx\n", (unsigned long long)gpt2_weights_checksum(&run->model)); }
     if (run->log) { fclose(run->log); }
     tokenizer_free(&run->tokenizer);
+    if (run->sampler.M > 0) { generator_free(&run->sampler); }
     dataloader_free(&run->train_loader);
     dataloader_free(&run->val_loader);
     gpt2_free(&run->model);
@@ -3488,7 +4145,18 @@ int main(int argc, char** argv) {
         fail("%d GPUs asked for (%s), but this build has no NCCL: install it (libnccl-dev, or NCCL_HOME=DIR) and "
              "rebuild with make", std::max(gpus, me.world), gpus > 1 ? "flag --gpus" : me.source);
     }
+    int world = std::max({gpus, me.world, 1});
+    TrainArgs args = parse_args(argc, argv, world);  // bad flags fail here, before any process starts
+    if (args.prompt != NULL || args.prompt_file != NULL) {
+        if (world > 1) { fail("flag --prompt: generation runs on one GPU (no --gpus, no launcher)"); }
+        generate_main(&args);
+        return 0;
+    }
     if (gpus > 1) { return launch_local(gpus, argc, argv); }
+    if (args.shape.max_steps == 0) {  // --eval only (parse_args allows -x 0 only with it)
+        evaluate_main(&args, &me);
+        return 0;
+    }
     Run run;
     run_init(&run, &me, argc, argv);
     int max_steps = run.args.shape.max_steps, stop_at = run.args.stop_at;

@@ -36,7 +36,7 @@ static void launch_variant(int variant, float* out, const int* tokens, const flo
         naive_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(out, tokens, wte, wpe, B, T, C);
         cudaCheck(cudaGetLastError());
     } else {
-        encoder_forward(out, tokens, wte, wpe, B, T, C);
+        encoder_forward(out, tokens, wte, wpe, NULL, B, T, C);
     }
 }
 

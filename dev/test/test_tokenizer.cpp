@@ -8,26 +8,16 @@
 #include <vector>
 
 #include "dev/test/files.h"
+#include "dev/test/gpt2_tokenizer.h"
 #include "dev/test/testing.h"
 #include "llmc/tokenizer.h"
 
-static const char* kEncoderPath = "dev/data/gpt2_encoder.json";
 static const char* kShakespearePath = "dev/data/tiny_shakespeare.txt";
 static const char* kVectorTextPath = "dev/test/vectors/tokenizer_text.txt";
 static const char* kVectorIdsPath = "dev/test/vectors/tokenizer_ids.txt";
 
 // ----------------------------------------------------------------------------
 // helpers
-
-// The GPT-2 tokenizer, loaded once for all tests.
-static const Tokenizer& gpt2() {
-    static const Tokenizer tok = [] {
-        Tokenizer loaded;
-        tokenizer_init(&loaded, kEncoderPath);
-        return loaded;
-    }();
-    return tok;
-}
 
 static std::vector<uint32_t> encode(const std::string& text, const Tokenizer& tok = gpt2()) {
     std::vector<uint32_t> ids;
