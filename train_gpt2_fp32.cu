@@ -83,6 +83,12 @@ static void* device_malloc(size_t bytes, const char* what) {
     return ptr;
 }
 
+// Frees what device_malloc allocated for bytes.
+static void device_free(void* ptr, size_t bytes) {
+    cudaCheck(cudaFree(ptr));
+    g_device_bytes -= bytes;
+}
+
 __device__ inline float4 operator+(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 __device__ inline float4 operator-(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
 __device__ inline float4 operator*(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
@@ -3737,13 +3743,12 @@ static void share_eval_losses(std::vector<EvalLosses>* losses) {
     if (world == 1) { return; }
     size_t floats = losses->size() * sizeof(EvalLosses) / sizeof(float);
     float* buffer = (float*)device_malloc(floats * world * sizeof(float), "evaluation");
-    g_device_bytes -= floats * world * sizeof(float);  // freed below
     cudaCheck(cudaMemcpy(buffer + g_comm.rank * floats, losses->data(), floats * sizeof(float), cudaMemcpyHostToDevice));
     comm_all_gather(&g_comm, buffer, floats);
     cudaCheck(cudaStreamSynchronize(g_comm.stream));
     std::vector<EvalLosses> all(losses->size() * world);
     cudaCheck(cudaMemcpy(all.data(), buffer, floats * world * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaFree(buffer));
+    device_free(buffer, floats * world * sizeof(float));
     for (size_t e = 0; e < losses->size(); e++) {
         for (int i = 0; i < kEvalEndings; i++) {
             double sum = 0.0;
