@@ -259,7 +259,7 @@ static int run_decode_checks() {
     printf("test_gpt2_fp32 --decode: KV-cache steps against full forward passes (FP32), tolerance %.0e\n", DECODE_TOLERANCE);
     int checks = 0, failures = 0;
     auto count = [&](bool ok) { checks++; failures += ok ? 0 : 1; };
-    const int prompt_len = 250, steps = 20, M = 3;
+    const int prompt_len = 250, steps = 20, M = 3, M_many = FEW_ROWS_MAX + 2;  // M_many: the cuBLAS path
     for (int hs : {32, 64, 128}) {
         for (AttentionKind kind : {ATTENTION_SOFTMAX, ATTENTION_RELU}) {
             GPT2Config config = {400, 1000, 1024, 2, 256 / hs, 256, kind};
@@ -268,7 +268,7 @@ static int run_decode_checks() {
             gpt2_build_from_parameters(&decoder, &config, host);
             gpt2_build_from_parameters(&reference, &config, host);
             gpt2_allocate_activations(&decoder, 1, prompt_len);
-            gpt2_allocate_activations(&reference, M, config.max_seq_len);
+            gpt2_allocate_activations(&reference, M_many, config.max_seq_len);
             std::mt19937 rng(hs);
             std::vector<int> prompt(prompt_len);
             for (int& id : prompt) { id = (int)(rng() % config.vocab_size); }
@@ -277,6 +277,7 @@ static int run_decode_checks() {
             int wrong_greedy = 0;
             check_decode_steps(&decoder, &reference, prompt, M, steps, greedy, &error, &wrong_greedy);
             check_decode_steps(&decoder, &reference, {prompt[0]}, 1, 4, greedy, &error, &wrong_greedy);  // no prefill
+            check_decode_steps(&decoder, &reference, prompt, M_many, 6, greedy, &error, &wrong_greedy);
             auto first = check_decode_steps(&decoder, &reference, prompt, M, steps, sampled, &error, &wrong_greedy);
             auto again = check_decode_steps(&decoder, &reference, prompt, M, steps, sampled, &error, &wrong_greedy);
             char name[64];

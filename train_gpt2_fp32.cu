@@ -89,6 +89,41 @@ static void device_free(void* ptr, size_t bytes) {
     g_device_bytes -= bytes;
 }
 
+// Programmatic dependent launch (Hopper): a kernel queued with launch_pdl may start while the
+// kernel before it in the stream still runs. It may only prefetch what no earlier kernel writes
+// (weights) before pdl_wait(), which every block calls before it reads its inputs or returns: it
+// waits until the earlier kernel has finished and its writes are visible, then lets the next
+// dependent kernel start (so at most one kernel runs ahead). Elsewhere both are plain launches.
+static bool g_pdl;  // the device has it (compute capability 9.0 or newer)
+
+__device__ inline void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Starts bringing bytes (a multiple of 16, from a 16-byte aligned address) into L2.
+__device__ inline void prefetch_l2(const void* address, unsigned int bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(address), "r"(bytes) : "memory");
+#endif
+}
+
+template <typename... Params, typename... Args>
+static void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.stream = cudaStreamPerThread;
+    config.attrs = &attribute;
+    config.numAttrs = g_pdl ? 1 : 0;
+    cudaCheck(cudaLaunchKernelEx(&config, kernel, (Params)args...));
+}
+
 __device__ inline float4 operator+(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 __device__ inline float4 operator-(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
 __device__ inline float4 operator*(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
@@ -292,7 +327,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
             ((float4*)out)[offset + c4] = xhat * ((const float4*)weight)[c4] + ((const float4*)bias)[c4];
         }
     }
-    if (lane == 0) {
+    if (lane == 0 && mean != NULL) {
         mean[row] = m;
         rstd[row] = r;
     }
@@ -311,7 +346,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
         else { LAUNCH(16); }                         \
     } while (0)
 
-// out = layernorm(inp [+ inp2]); with inp2, residual_out = inp + inp2 as well.
+// out = layernorm(inp [+ inp2]); with inp2, residual_out = inp + inp2 as well; mean and rstd (per row)
+// unless NULL.
 static void layernorm_forward(float* out, float* mean, float* rstd, float* residual_out, const float* inp,
                               const float* inp2, const float* weight, const float* bias, int N, int C) {
     const int block_size = 256;
@@ -540,63 +576,9 @@ static void matmul(float* out, const float* a, const float* b, const float* bias
                                CUBLASLT_WORKSPACE_SIZE, stream == 0 ? cudaStreamPerThread : stream));
 }
 
-// A generation step's linear layers have N <= FEW_ROWS_MAX rows (one per completion): then the
-// time is that of reading the weight once, which cuBLAS's tiles (128 output columns or more per
-// block) spread over too few multiprocessors. This kernel gives each warp FEW_ROWS_COLUMNS rows of
-// the weight to stream (a float4 per lane and step) against all N input rows, in full FP32, and
-// sums each dot product in a fixed warp tree.
-static const int FEW_ROWS_MAX = 4;  // each row rereads the input: beyond 4, cuBLAS measured faster
-static const int FEW_ROWS_COLUMNS = 4;
-
-template <int ROWS>
-__global__ void matmul_forward_few_rows_kernel(float* out, const float4* __restrict__ inp,
-                                               const float4* __restrict__ weight, const float* bias, int N, int C4,
-                                               int OC) {
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
-    int o0 = (blockIdx.x * warp.meta_group_size() + warp.meta_group_rank()) * FEW_ROWS_COLUMNS;
-    if (o0 >= OC) { return; }
-    float acc[ROWS][FEW_ROWS_COLUMNS] = {};
-    for (int c4 = warp.thread_rank(); c4 < C4; c4 += 32) {
-        float4 w[FEW_ROWS_COLUMNS];
-#pragma unroll
-        for (int j = 0; j < FEW_ROWS_COLUMNS; j++) {
-            w[j] = o0 + j < OC ? weight[(size_t)(o0 + j) * C4 + c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            if (r >= N) { break; }
-            float4 x = inp[(size_t)r * C4 + c4];
-#pragma unroll
-            for (int j = 0; j < FEW_ROWS_COLUMNS; j++) { acc[r][j] += sum4(x * w[j]); }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-#pragma unroll
-        for (int j = 0; j < FEW_ROWS_COLUMNS; j++) {
-            float dot = cg::reduce(warp, acc[r][j], cg::plus<float>());
-            if (warp.thread_rank() == 0 && r < N && o0 + j < OC) {
-                out[(size_t)r * OC + o0 + j] = dot + (bias != NULL ? bias[o0 + j] : 0.0f);
-            }
-        }
-    }
-}
-
 // Linear layer forward: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias optional.
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
-    if (N > FEW_ROWS_MAX) {
-        matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
-        return;
-    }
-    const int block_size = 128;
-    unsigned int grid = ceil_div(OC, block_size / 32 * FEW_ROWS_COLUMNS);
-#define LAUNCH_FEW_ROWS(ROWS)                                                                                    \
-    matmul_forward_few_rows_kernel<ROWS><<<grid, block_size>>>(out, (const float4*)inp, (const float4*)weight, bias, \
-                                                               N, C / 4, OC)
-    if (N <= 1) { LAUNCH_FEW_ROWS(1); }
-    else { LAUNCH_FEW_ROWS(4); }
-#undef LAUNCH_FEW_ROWS
-    cudaCheck(cudaGetLastError());
+    matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
 }
 
 // GELU, tanh form, and its derivative.
@@ -610,6 +592,109 @@ __device__ inline float gelu_grad(float x) {
     float th = tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
     float sech2 = 1.0f - th * th;
     return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// A generation step's linear layers have N <= FEW_ROWS_MAX rows (one per completion): their time
+// is that of reading the weight once, which cuBLAS's tiles (128 output columns or more per block)
+// spread over too few multiprocessors, and the kernels around them (layernorm, GELU, the residual
+// add) cost a launch each. This kernel fuses them: out (N, OC) = epilogue(prologue(inp) @ W^T + b),
+// the prologue a layernorm of each input row (its statistics computed by every block, warp r
+// taking row r), the epilogue a GELU or an add into out (the residual stream). A block streams
+// FEW_ROWS_COLUMNS rows of the weight against all N input rows in full FP32, thread t taking the
+// float4 columns t, t + 128, ... (every load of the block in flight at once, many blocks); each
+// dot product is summed in a fixed tree (the warp's, then the warps' in order). Launched dependent
+// (launch_pdl): the block's weight rows are prefetched into L2 while the previous kernel finishes.
+static const int FEW_ROWS_MAX = 4;  // each weight row meets every input row: beyond 4, cuBLAS measured faster
+static const int FEW_ROWS_COLUMNS = 4;
+static const int FEW_ROWS_THREADS = 128;  // FEW_ROWS_MAX warps: one per row for the layernorm statistics
+static const int FEW_ROWS_WARPS = FEW_ROWS_THREADS / 32;
+static_assert(FEW_ROWS_WARPS >= FEW_ROWS_MAX && FEW_ROWS_MAX * FEW_ROWS_COLUMNS <= FEW_ROWS_THREADS,
+              "a warp per row's statistics, a thread per output of the block");
+
+typedef struct {
+    const float* ln_weight;  // non-NULL: the input rows are layer-normalised (weight, ln_bias) first
+    const float* ln_bias;
+    bool gelu;               // out = gelu(product + bias)
+    bool accumulate;         // out += product + bias (in place)
+} LinearOps;
+
+template <int ROWS>
+__global__ void __launch_bounds__(FEW_ROWS_THREADS)
+    linear_few_rows_kernel(float* out, const float4* __restrict__ inp, const float4* __restrict__ weight,
+                           const float* bias, LinearOps ops, int N, int C4, int OC) {
+    __shared__ float2 row_stats[ROWS];  // (mean, rstd) of each input row
+    __shared__ float warp_sums[FEW_ROWS_WARPS][ROWS][FEW_ROWS_COLUMNS];
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int tid = block.thread_rank(), lane = warp.thread_rank(), w = warp.meta_group_rank();
+    int o0 = blockIdx.x * FEW_ROWS_COLUMNS, columns = min(FEW_ROWS_COLUMNS, OC - o0);
+    if (tid < columns) { prefetch_l2(weight + (size_t)(o0 + tid) * C4, C4 * sizeof(float4)); }
+    pdl_wait();
+    bool normalise = ops.ln_weight != NULL;
+    if (normalise && w < N) {  // two passes over the row, as layernorm_forward_kernel
+        float sum = 0.0f, sum_sq = 0.0f;
+        for (int c4 = lane; c4 < C4; c4 += 32) { sum += sum4(inp[(size_t)w * C4 + c4]); }
+        float mean = cg::reduce(warp, sum, cg::plus<float>()) / (4 * C4);
+        for (int c4 = lane; c4 < C4; c4 += 32) {
+            float4 d = inp[(size_t)w * C4 + c4] - make_float4(mean, mean, mean, mean);
+            sum_sq += sum4(d * d);
+        }
+        row_stats[w] = make_float2(mean, 1.0f / sqrtf(cg::reduce(warp, sum_sq, cg::plus<float>()) / (4 * C4) + 1e-5f));
+    }
+    block.sync();
+    float acc[ROWS][FEW_ROWS_COLUMNS] = {};
+#pragma unroll 4
+    for (int c4 = tid; c4 < C4; c4 += FEW_ROWS_THREADS) {
+        float4 wt[FEW_ROWS_COLUMNS];
+#pragma unroll
+        for (int j = 0; j < FEW_ROWS_COLUMNS; j++) {
+            wt[j] = j < columns ? weight[(size_t)(o0 + j) * C4 + c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < ROWS; i++) {
+            if (i >= N) { break; }
+            float4 x = inp[(size_t)i * C4 + c4];
+            if (normalise) {
+                float2 s = row_stats[i];
+                x = (x - make_float4(s.x, s.x, s.x, s.x)) * s.y * ((const float4*)ops.ln_weight)[c4] +
+                    ((const float4*)ops.ln_bias)[c4];
+            }
+#pragma unroll
+            for (int j = 0; j < FEW_ROWS_COLUMNS; j++) { acc[i][j] += sum4(x * wt[j]); }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < ROWS; i++) {
+#pragma unroll
+        for (int j = 0; j < FEW_ROWS_COLUMNS; j++) {
+            float warp_sum = cg::reduce(warp, acc[i][j], cg::plus<float>());
+            if (lane == 0) { warp_sums[w][i][j] = warp_sum; }
+        }
+    }
+    block.sync();
+    int i = tid / FEW_ROWS_COLUMNS, j = tid % FEW_ROWS_COLUMNS;
+    if (i >= N || j >= columns) { return; }
+    float value = bias != NULL ? bias[o0 + j] : 0.0f;
+    float dot = warp_sums[0][i][j];
+    for (int k = 1; k < FEW_ROWS_WARPS; k++) { dot += warp_sums[k][i][j]; }
+    value += dot;
+    if (ops.gelu) { value = gelu(value); }
+    float* target = out + (size_t)i * OC + o0 + j;
+    *target = ops.accumulate ? *target + value : value;
+}
+
+// out (N, OC) = ops applied around inp (N, C) @ weight (OC, C)^T + bias, for N <= FEW_ROWS_MAX.
+static void linear_few_rows(float* out, const float* inp, const float* weight, const float* bias, LinearOps ops,
+                            int N, int C, int OC) {
+    if (N > FEW_ROWS_MAX || C % 4 != 0) { fail("linear_few_rows: N = %d rows of C = %d are not supported", N, C); }
+    unsigned int grid = ceil_div(OC, FEW_ROWS_COLUMNS);
+    if (N == 1) {
+        launch_pdl(linear_few_rows_kernel<1>, grid, FEW_ROWS_THREADS, out, (const float4*)inp, (const float4*)weight,
+                   bias, ops, N, C / 4, OC);
+    } else {
+        launch_pdl(linear_few_rows_kernel<FEW_ROWS_MAX>, grid, FEW_ROWS_THREADS, out, (const float4*)inp,
+                   (const float4*)weight, bias, ops, N, C / 4, OC);
+    }
 }
 
 // Stores a 32 x 32 shared-memory tile (padded rows of 33) transposed at rows [out_row0, +32) and
@@ -1521,13 +1606,15 @@ static void flash_attention_backward(float* dqkv, float* delta, const float* dou
 static const int DECODE_CHUNK = 32;     // positions per block: many blocks, so that many keys load at once
 static const int DECODE_THREADS = 128;  // hs divides it: 128 / hs groups of positions for the values
 
+template <int HS>  // the head size, 32, 64 or 128: the loops over it unroll, every load in flight at once
 __global__ void __launch_bounds__(DECODE_THREADS)
     attention_decode_kernel(float* out, float* partials, unsigned int* counters, float* kv, const float* qkv,
-                            const int* position, int maxT, int NH, int hs, AttentionKind kind) {
+                            const int* position, int maxT, int NH, AttentionKind kind) {
+    constexpr int hs = HS;
     __shared__ __align__(16) float q[DECODE_THREADS];
     __shared__ float p[DECODE_CHUNK], sums[DECODE_THREADS];
     cg::thread_block block = cg::this_thread_block();
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    pdl_wait();
     int pos = *position, chunks = pos / DECODE_CHUNK + 1, chunk = blockIdx.y;
     if (chunk >= chunks) { return; }
     int C = NH * hs, h = blockIdx.x % NH, tid = block.thread_rank();
@@ -1548,6 +1635,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     if (tid < count) {
         const float4* key = (const float4*)(head_kv + (first + tid) * row_stride);
         float dot = 0.0f;
+#pragma unroll
         for (int d4 = 0; d4 < hs / 4; d4++) { dot += sum4(key[d4] * ((const float4*)q)[d4]); }
         score = dot * rsqrtf((float)hs);
     }
@@ -1557,10 +1645,13 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     if (tid < count) { p[tid] = weight; }
     block.sync();
 
-    int groups = DECODE_THREADS / hs, group = tid / hs, d = tid % hs;
+    constexpr int groups = DECODE_THREADS / hs;
+    int group = tid / hs, d = tid % hs;
     float acc = 0.0f;
-#pragma unroll 4
-    for (int i = group; i < count; i += groups) { acc = fmaf(p[i], head_kv[(first + i) * row_stride + C + d], acc); }
+#pragma unroll
+    for (int i = group; i < DECODE_CHUNK; i += groups) {
+        if (i < count) { acc = fmaf(p[i], head_kv[(first + i) * row_stride + C + d], acc); }
+    }
     sums[tid] = acc;
     block.sync();
     float* partial = partials + ((size_t)blockIdx.x * gridDim.y + chunk) * (hs + 2);  // max, sum, out[hs]
@@ -1593,10 +1684,16 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 // counters: M * NH, zero before the first launch).
 static void attention_decode(float* out, float* partials, unsigned int* counters, float* kv, const float* qkv,
                              const int* position, int M, int maxT, int NH, int hs, AttentionKind kind) {
-    if (DECODE_THREADS % hs != 0 || hs % 32 != 0) { fail("attention_decode: head size %d is not supported", hs); }
     dim3 grid(M * NH, ceil_div(maxT, DECODE_CHUNK));
-    attention_decode_kernel<<<grid, DECODE_THREADS>>>(out, partials, counters, kv, qkv, position, maxT, NH, hs, kind);
-    cudaCheck(cudaGetLastError());
+    auto launch = [&](auto kernel) {
+        launch_pdl(kernel, grid, DECODE_THREADS, out, partials, counters, kv, qkv, position, maxT, NH, kind);
+    };
+    switch (hs) {
+        case 32: launch(attention_decode_kernel<32>); break;
+        case 64: launch(attention_decode_kernel<64>); break;
+        case 128: launch(attention_decode_kernel<128>); break;
+        default: fail("attention_decode: head size %d is not supported (32, 64 or 128)", hs);
+    }
 }
 
 // The prompt's keys and values into every completion's cache: kv (L, M, maxT, 2C) positions
@@ -2934,20 +3031,47 @@ static void generator_free(Generator* gen) {
     for (cudaEvent_t event : gen->step_done) { cudaCheck(cudaEventDestroy(event)); }
 }
 
+// A linear layer of the decode step with what surrounds it (LinearOps): one fused kernel for a few
+// rows, else layernorm (into ln_out), cuBLAS (adding into out for accumulate) and the GELU.
+static void decode_linear(float* out, const float* inp, const float* weight, const float* bias, LinearOps ops,
+                          float* ln_out, int M, int C, int OC) {
+    if (M <= FEW_ROWS_MAX) {
+        linear_few_rows(out, inp, weight, bias, ops, M, C, OC);
+        return;
+    }
+    if (ops.ln_weight != NULL) {
+        layernorm_forward(ln_out, NULL, NULL, NULL, inp, NULL, ops.ln_weight, ops.ln_bias, M, C);
+        inp = ln_out;
+    }
+    matmul(out, weight, inp, bias, OC, M, C, true, false, 1.0f, ops.accumulate ? 1.0f : 0.0f);
+    if (ops.gelu) { gelu_forward(out, out, (size_t)M * OC); }
+}
+
 // One position of each completion through the model at *position, then its next token sampled
-// into model->inputs (the next step's input) and gen->tokens, and the position advanced.
+// into model->inputs (the next step's input) and gen->tokens, and the position advanced. The
+// residual stream (M, C) lives in acts.residual3, each layer adding its two projections in place.
 static void gpt2_decode_step(GPT2* model, Generator* gen) {
     const GPT2Config* c = &model->config;
-    int M = gen->M, NH = c->num_heads, C = c->channels;
+    int M = gen->M, L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t layer_kv = (size_t)M * gen->max_T * 2 * C;
-    model->B = M;
-    model->T = 1;
-    gpt2_forward_layers(model, M, 1, gen->position, [&](int l, float* atty, float*, const float* qkv) {
-        attention_decode(atty, gen->partials, gen->counters, gen->kv + l * layer_kv, qkv, gen->position, M,
-                         gen->max_T, NH, C / NH, c->attention);
-    });
+    ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    matmul_forward(a.logits, a.lnf, model->params.wte, NULL, M, C, c->padded_vocab_size);  // (M, Vp)
+    float* residual = a.residual3;
+    encoder_forward(residual, model->inputs, p.wte, p.wpe, gen->position, M, 1, C);
+    for (int l = 0; l < L; l++) {
+        decode_linear(a.qkv, residual, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C,
+                      {p.ln1w + l * C, p.ln1b + l * C, false, false}, a.ln, M, C, 3 * C);
+        attention_decode(a.atty, gen->partials, gen->counters, gen->kv + l * layer_kv, a.qkv, gen->position, M,
+                         gen->max_T, NH, C / NH, c->attention);
+        decode_linear(residual, a.atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, {NULL, NULL, false, true},
+                      a.ln, M, C, C);
+        decode_linear(a.fch_gelu, residual, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C,
+                      {p.ln2w + l * C, p.ln2b + l * C, true, false}, a.ln, M, C, 4 * C);
+        decode_linear(residual, a.fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C,
+                      {NULL, NULL, false, true}, a.ln, M, 4 * C, C);
+    }
+    decode_linear(a.logits, residual, p.wte, NULL, {p.lnfw, p.lnfb, false, false}, a.lnf, M, C,
+                  c->padded_vocab_size);  // (M, Vp); a.ln shares its memory with the logits
     sample_kernel<<<M, SAMPLE_THREADS>>>(model->inputs, gen->tokens_device, a.logits, gen->sampling, gen->position,
                                          c->vocab_size, c->padded_vocab_size, gen->max_T);
     cudaCheck(cudaGetLastError());
@@ -3045,6 +3169,7 @@ static bool cuda_setup(bool use_tf32, int local_rank = 0) {
     cudaCheck(cudaGetDeviceProperties(&prop, device));
     if (prop.major < 8) { fail("GPU %s has compute capability %d.%d; 8.0 or newer is needed", prop.name, prop.major, prop.minor); }
     g_num_sms = prop.multiProcessorCount;
+    g_pdl = prop.major >= 9;
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
     g_use_tf32 = use_tf32;
     cublasCheck(cublasLtCreate(&g_cublaslt));
