@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Our trainer against PyTorch (train_gpt2.py: torch.compile, flash SDPA for softmax, TF32) on the
-# same GPU, data and steps: GPT-2 124M from scratch, T=1024, one optimizer step per B x T batch.
-# Prints ms/step, tok/s, MFU (dense TF32 peak), peak memory and our time / PyTorch's, then our
-# time per phase and the top kernels of one step (ncu, when present).
-#   scripts/bench.sh [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [--no-torch] [--kernels]
+# same GPU, data and steps: GPT-2 from scratch (124M = d12 by default; d24 medium, d48 XL), T=1024,
+# one optimizer step per B x T batch. Prints ms/step, tok/s, MFU (dense TF32 peak), peak memory and
+# our time / PyTorch's, then our time per phase and the top kernels of one d12 step (ncu, when present).
+#   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [--no-torch] [--kernels]
+# e.g. the larger models' rows: scripts/bench.sh -e "d24" -b 16 -k softmax; scripts/bench.sh -e d48 -b 8 -k softmax
 set -euo pipefail
 cd "$(dirname "$0")/.."
-batches="4 8 16 32"; kinds="softmax relu"; steps=30; torch=1; kernels=0
+models="d12"; batches="4 8 16 32"; kinds="softmax relu"; steps=30; torch=1; kernels=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    -e) models=$2; shift 2 ;;
     -b) batches=$2; shift 2 ;;
     -k) kinds=$2; shift 2 ;;
     -n) steps=$2; shift 2 ;;
@@ -27,37 +29,40 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 trainer_mfu() { grep '^step' "$1" | awk -F'|' 'NR > 1 { sub(/.*MFU /, "", $7); sum += $7; n++ } END { printf "%.1f", n ? sum / n : 0 }'; }
 
 rows=()
-for kind in $kinds; do
-  for B in $batches; do
-    ./train_gpt2_fp32 -e d12 -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 -i "$data" > "$logs/ours_${kind}_$B.log" 2>&1 \
-      || { echo "error: our trainer failed at B=$B $kind:"; tail -n 3 "$logs/ours_${kind}_$B.log"; exit 1; }
-    ours_ms=$(grep '^average step' "$logs/ours_${kind}_$B.log" | awk '{print $3}')
-    ours_gb=$(grep '^GPU memory allocated' "$logs/ours_${kind}_$B.log" | awk '{print $4}')
-    ours_mfu=$(trainer_mfu "$logs/ours_${kind}_$B.log")
-    phases=$(grep '^average step' "$logs/ours_${kind}_$B.log" | sed 's/.*(\(.*\))/\1/')
-    torch_ms=-; torch_gb=-
-    if [ "$torch" = 1 ]; then
-      flash=$([ "$kind" = softmax ] && echo --flash || true)
-      python3 train_gpt2.py --model d12 --attn "$kind" --batch "$B" --seq-len 1024 --steps "$steps" --train-shards "$data" \
-        --compile --tf32 $flash > "$logs/torch_${kind}_$B.log" 2>&1 \
-        || { echo "error: PyTorch failed at B=$B $kind:"; tail -n 3 "$logs/torch_${kind}_$B.log"; exit 1; }
-      torch_ms=$(grep '^RESULT' "$logs/torch_${kind}_$B.log" | sed 's/.*ms_per_step=\([0-9.]*\).*/\1/')
-      torch_gb=$(grep '^RESULT' "$logs/torch_${kind}_$B.log" | sed 's/.*peak_mem_gb=\([0-9.]*\).*/\1/')
-    fi
-    rows+=("$kind $B $ours_ms $ours_mfu $ours_gb $torch_ms $torch_gb")
-    echo "$kind B=$B: ours $ours_ms ms ($phases), $ours_gb GB; PyTorch $torch_ms ms, $torch_gb GB"
+for model in $models; do
+  for kind in $kinds; do
+    for B in $batches; do
+      run=${model}_${kind}_$B
+      ./train_gpt2_fp32 -e "$model" -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 -i "$data" > "$logs/ours_$run.log" 2>&1 \
+        || { echo "error: our trainer failed at $model B=$B $kind:"; tail -n 3 "$logs/ours_$run.log"; exit 1; }
+      ours_ms=$(grep '^average step' "$logs/ours_$run.log" | awk '{print $3}')
+      ours_gb=$(grep '^GPU memory allocated' "$logs/ours_$run.log" | awk '{print $4}')
+      ours_mfu=$(trainer_mfu "$logs/ours_$run.log")
+      phases=$(grep '^average step' "$logs/ours_$run.log" | sed 's/.*(\(.*\))/\1/')
+      torch_ms=-; torch_gb=-
+      if [ "$torch" = 1 ]; then
+        flash=$([ "$kind" = softmax ] && echo --flash || true)
+        python3 train_gpt2.py --model "$model" --attn "$kind" --batch "$B" --seq-len 1024 --steps "$steps" --train-shards "$data" \
+          --compile --tf32 $flash > "$logs/torch_$run.log" 2>&1 \
+          || { echo "error: PyTorch failed at $model B=$B $kind:"; tail -n 3 "$logs/torch_$run.log"; exit 1; }
+        torch_ms=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*ms_per_step=\([0-9.]*\).*/\1/')
+        torch_gb=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*peak_mem_gb=\([0-9.]*\).*/\1/')
+      fi
+      rows+=("$model $kind $B $ours_ms $ours_mfu $ours_gb $torch_ms $torch_gb")
+      echo "$model $kind B=$B: ours $ours_ms ms ($phases), $ours_gb GB; PyTorch $torch_ms ms, $torch_gb GB"
+    done
   done
 done
 
 echo
-echo "GPT-2 124M, T=1024, $steps steps, $gpu; MFU as the trainer reports it (against the GPU's dense TF32 peak)"
-printf "%-8s %3s | %9s %9s %6s %8s | %9s %9s %8s | %7s %7s\n" attn B "ours ms" "tok/s" MFU "mem GB" "torch ms" "tok/s" "mem GB" "time x" "mem x"
+echo "GPT-2 from scratch, T=1024, $steps steps, $gpu; MFU as the trainer reports it (against the GPU's dense TF32 peak)"
+printf "%-5s %-8s %3s | %9s %9s %6s %8s | %9s %9s %8s | %7s %7s\n" model attn B "ours ms" "tok/s" MFU "mem GB" "torch ms" "tok/s" "mem GB" "time x" "mem x"
 for row in "${rows[@]}"; do
   set -- $row
-  awk -v kind="$1" -v B="$2" -v ms="$3" -v mfu="$4" -v gb="$5" -v tms="$6" -v tgb="$7" 'BEGIN {
+  awk -v model="$1" -v kind="$2" -v B="$3" -v ms="$4" -v mfu="$5" -v gb="$6" -v tms="$7" -v tgb="$8" 'BEGIN {
     tok = B * 1024
-    if (tms == "-") { printf "%-8s %3d | %9.2f %9.0f %5.1f%% %8.2f | %9s %9s %8s | %7s %7s\n", kind, B, ms, tok / ms * 1000, mfu, gb, "-", "-", "-", "-", "-" }
-    else { printf "%-8s %3d | %9.2f %9.0f %5.1f%% %8.2f | %9.2f %9.0f %8.2f | %7.3f %7.3f\n", kind, B, ms, tok / ms * 1000, mfu, gb, tms, tok / tms * 1000, tgb, ms / tms, gb / tgb }
+    if (tms == "-") { printf "%-5s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f | %9s %9s %8s | %7s %7s\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, "-", "-", "-", "-", "-" }
+    else { printf "%-5s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f | %9.2f %9.0f %8.2f | %7.3f %7.3f\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, tms, tok / tms * 1000, tgb, ms / tms, gb / tgb }
   }'
 done
 
