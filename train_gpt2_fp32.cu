@@ -629,7 +629,13 @@ __global__ void __launch_bounds__(FEW_ROWS_THREADS)
     int tid = block.thread_rank(), lane = warp.thread_rank(), w = warp.meta_group_rank();
     int o0 = blockIdx.x * FEW_ROWS_COLUMNS, columns = min(FEW_ROWS_COLUMNS, OC - o0);
     if (tid < columns) { prefetch_l2(weight + (size_t)(o0 + tid) * C4, C4 * sizeof(float4)); }
+    // thread (i, j) < (N, columns) writes out[i, o0 + j]: its bias and previous value load early
+    int i = tid / FEW_ROWS_COLUMNS, j = tid % FEW_ROWS_COLUMNS;
+    bool writes = i < N && j < columns;
+    float* target = out + (size_t)i * OC + o0 + j;
+    float bias_value = writes && bias != NULL ? bias[o0 + j] : 0.0f;
     pdl_wait();
+    float previous = writes && ops.accumulate ? *target : 0.0f;
     bool normalise = ops.ln_weight != NULL;
     if (normalise && w < N) {  // two passes over the row, as layernorm_forward_kernel
         float sum = 0.0f, sum_sq = 0.0f;
@@ -647,40 +653,35 @@ __global__ void __launch_bounds__(FEW_ROWS_THREADS)
     for (int c4 = tid; c4 < C4; c4 += FEW_ROWS_THREADS) {
         float4 wt[FEW_ROWS_COLUMNS];
 #pragma unroll
-        for (int j = 0; j < FEW_ROWS_COLUMNS; j++) {
-            wt[j] = j < columns ? weight[(size_t)(o0 + j) * C4 + c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int k = 0; k < FEW_ROWS_COLUMNS; k++) {
+            wt[k] = k < columns ? weight[(size_t)(o0 + k) * C4 + c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
-        for (int i = 0; i < ROWS; i++) {
-            if (i >= N) { break; }
-            float4 x = inp[(size_t)i * C4 + c4];
+        for (int r = 0; r < ROWS; r++) {
+            if (r >= N) { break; }
+            float4 x = inp[(size_t)r * C4 + c4];
             if (normalise) {
-                float2 s = row_stats[i];
+                float2 s = row_stats[r];
                 x = (x - make_float4(s.x, s.x, s.x, s.x)) * s.y * ((const float4*)ops.ln_weight)[c4] +
                     ((const float4*)ops.ln_bias)[c4];
             }
 #pragma unroll
-            for (int j = 0; j < FEW_ROWS_COLUMNS; j++) { acc[i][j] += sum4(x * wt[j]); }
+            for (int k = 0; k < FEW_ROWS_COLUMNS; k++) { acc[r][k] += sum4(x * wt[k]); }
         }
     }
 #pragma unroll
-    for (int i = 0; i < ROWS; i++) {
+    for (int r = 0; r < ROWS; r++) {
 #pragma unroll
-        for (int j = 0; j < FEW_ROWS_COLUMNS; j++) {
-            float warp_sum = cg::reduce(warp, acc[i][j], cg::plus<float>());
-            if (lane == 0) { warp_sums[w][i][j] = warp_sum; }
+        for (int k = 0; k < FEW_ROWS_COLUMNS; k++) {
+            float warp_sum = cg::reduce(warp, acc[r][k], cg::plus<float>());
+            if (lane == 0) { warp_sums[w][r][k] = warp_sum; }
         }
     }
     block.sync();
-    int i = tid / FEW_ROWS_COLUMNS, j = tid % FEW_ROWS_COLUMNS;
-    if (i >= N || j >= columns) { return; }
-    float value = bias != NULL ? bias[o0 + j] : 0.0f;
+    if (!writes) { return; }
     float dot = warp_sums[0][i][j];
     for (int k = 1; k < FEW_ROWS_WARPS; k++) { dot += warp_sums[k][i][j]; }
-    value += dot;
-    if (ops.gelu) { value = gelu(value); }
-    float* target = out + (size_t)i * OC + o0 + j;
-    *target = ops.accumulate ? *target + value : value;
+    *target = (ops.gelu ? gelu(dot + bias_value) : dot + bias_value) + previous;
 }
 
 // out (N, OC) = ops applied around inp (N, C) @ weight (OC, C)^T + bias, for N <= FEW_ROWS_MAX.
