@@ -2991,6 +2991,7 @@ static const int GENERATE_LOOKAHEAD = 4;  // steps queued ahead of the one whose
 
 typedef struct {
     int M, max_T;              // completions; positions the cache holds (prompt and new tokens)
+    size_t device_bytes;       // of the one allocation that starts at kv and holds the buffers to sampling
     float* kv;                 // (L, M, max_T, 2C): every layer's keys and values (attention_decode)
     float* partials;           // attention_decode's per-chunk results
     unsigned int* counters;    // attention_decode's, one per (completion, head)
@@ -3009,24 +3010,27 @@ static void generator_init(Generator* gen, const GPT2* model, int M, int max_T) 
     *gen = Generator();
     gen->M = M;
     gen->max_T = max_T;
-    size_t kv_floats = (size_t)c->num_layers * M * max_T * 2 * c->channels;
-    gen->kv = (float*)device_malloc(kv_floats * sizeof(float), "the KV cache");
-    size_t partials = (size_t)M * NH * ceil_div(max_T, DECODE_CHUNK) * (hs + 2);
-    gen->partials = (float*)device_malloc(partials * sizeof(float), "the KV cache");
-    gen->counters = (unsigned int*)device_malloc((size_t)M * NH * sizeof(unsigned int), "the KV cache");
-    cudaCheck(cudaMemset(gen->counters, 0, (size_t)M * NH * sizeof(unsigned int)));
-    gen->position = (int*)device_malloc(sizeof(int), "the KV cache");
-    gen->sampling = (SamplingParams*)device_malloc(sizeof(SamplingParams), "the KV cache");
+    // one device allocation, carved into the buffers below (each 256-byte aligned)
+    size_t kv_bytes = (size_t)c->num_layers * M * max_T * 2 * c->channels * sizeof(float);
+    size_t partial_bytes = (size_t)M * NH * ceil_div(max_T, DECODE_CHUNK) * (hs + 2) * sizeof(float);
+    size_t counter_bytes = (size_t)M * NH * sizeof(unsigned int);
+    auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    gen->device_bytes = aligned(kv_bytes) + aligned(partial_bytes) + aligned(counter_bytes) + aligned(sizeof(int)) +
+                        sizeof(SamplingParams);
+    char* memory = (char*)device_malloc(gen->device_bytes, "the KV cache");
+    gen->kv = (float*)memory;
+    gen->partials = (float*)(memory += aligned(kv_bytes));
+    gen->counters = (unsigned int*)(memory += aligned(partial_bytes));
+    gen->position = (int*)(memory += aligned(counter_bytes));
+    gen->sampling = (SamplingParams*)(memory += aligned(sizeof(int)));
+    cudaCheck(cudaMemset(gen->counters, 0, counter_bytes));
     cudaCheck(cudaHostAlloc(&gen->tokens, (size_t)M * max_T * sizeof(int), cudaHostAllocMapped));
     cudaCheck(cudaHostGetDevicePointer(&gen->tokens_device, gen->tokens, 0));
     for (cudaEvent_t& event : gen->step_done) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
 }
 
 static void generator_free(Generator* gen) {
-    for (void* buffer : {(void*)gen->kv, (void*)gen->partials, (void*)gen->counters, (void*)gen->position,
-                         (void*)gen->sampling}) {
-        cudaCheck(cudaFree(buffer));
-    }
+    device_free(gen->kv, gen->device_bytes);
     cudaCheck(cudaFreeHost(gen->tokens));
     if (gen->step != NULL) { cudaCheck(cudaGraphExecDestroy(gen->step)); }
     for (cudaEvent_t event : gen->step_done) { cudaCheck(cudaEventDestroy(event)); }

@@ -20,6 +20,7 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
 fi
 SIGNAL_TRIALS=${SIGNAL_TRIALS:-10}
 KILL_TRIALS=${KILL_TRIALS:-20}
+PARALLEL_TRIALS=${PARALLEL_TRIALS:-5}  # trials at once (each a d12 run of ~2 GB on the GPU, 1.5 GB checkpoints on disk)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 run="./train_gpt2_fp32 -e d12 -b 4 -t 64 -l 6e-4 -u 3 -c 0.1 -v 0 -s 0 --seed 7"
@@ -29,6 +30,17 @@ no_temp_files() { ! ls "$1" | grep -q '\.tmp\.'; }
 differ() { ! cmp -s "$1" "$2"; }
 # header int slot $2 of file $1
 header_int() { od -An -t d4 -j $((4 * $2)) -N 4 "$1" | tr -d ' '; }
+# in_parallel N FUNCTION: FUNCTION 1 .. FUNCTION N, PARALLEL_TRIALS at a time (each a run on the
+# same GPU), their output in trial order
+in_parallel() {
+  local n=$1 fn=$2 i
+  for i in $(seq "$n"); do
+    "$fn" "$i" > "$work/trial_${fn}_$i.out" &
+    (( i % PARALLEL_TRIALS == 0 )) && wait
+  done
+  wait
+  for i in $(seq "$n"); do cat "$work/trial_${fn}_$i.out"; done
+}
 # runs "$@" in the background until its log ($1) shows step $2, then sends signal $3; waits, echoes the status
 interrupt_at() {
   local log=$1 step=$2 sig=$3
@@ -75,19 +87,19 @@ check "a corrupt model file is refused by its checksum" fails_with "the file is 
 
 # SIGTERM at random steps, then resume: as the straight run
 $run -x 40 -n 10 -nk 1 -o "$work/straight" > "$work/straight.log" 2>&1
-signal_ok=0
-for trial in $(seq "$SIGNAL_TRIALS"); do
-  dir="$work/signal_$trial"
-  step=$((RANDOM % 29 + 2))  # steps 2..30 of 40: the run is still going when the signal comes
-  status=$(interrupt_at "$work/sig.log" "$step" TERM $run -x 40 -n 10 -nk 1 -o "$dir")
-  if grep -q "stopped by a signal after step" "$work/sig.log" && [ "$status" = 75 ]; then
-    $run -x 40 -n 10 -nk 1 -o "$dir" -y 1 > "$work/resume.log" 2>&1
-    [ "$(checksum "$work/resume.log")" = "$(checksum "$work/straight.log")" ] && signal_ok=$((signal_ok + 1))
+signal_trial() {  # signal_trial N: prints "ok" when trial N's resumed run ends as the straight one
+  local dir="$work/signal_$1" step=$((RANDOM % 29 + 2))  # steps 2..30 of 40: the run is still going
+  local status
+  status=$(interrupt_at "$dir.log" "$step" TERM $run -x 40 -n 10 -nk 1 -o "$dir")
+  if grep -q "stopped by a signal after step" "$dir.log" && [ "$status" = 75 ]; then
+    $run -x 40 -n 10 -nk 1 -o "$dir" -y 1 > "$dir.resume.log" 2>&1
+    [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/straight.log")" ] && echo ok
   else
-    echo "      trial $trial (signal at step $step): status $status"
+    echo "      trial $1 (signal at step $step): status $status" >&2
   fi
   rm -rf "$dir"
-done
+}
+signal_ok=$(in_parallel "$SIGNAL_TRIALS" signal_trial | grep -c '^ok$')
 check "SIGTERM at $SIGNAL_TRIALS random steps: checkpoint, status 75, resume bit-identical ($signal_ok ok)" \
   test "$signal_ok" = "$SIGNAL_TRIALS"
 status=$(interrupt_at "$work/int.log" 5 INT $run -x 400 -o "$work/int")
@@ -96,21 +108,21 @@ rm -rf "$work/int"
 
 # kill -9 at random times while checkpointing (one every 3 steps), then resume
 $run -x 12 -n 3 -o "$work/kill_straight" > "$work/kill_straight.log" 2>&1
-kill_ok=0
-for trial in $(seq "$KILL_TRIALS"); do
-  dir="$work/kill_$trial"
-  $run -x 12 -n 3 -o "$dir" > "$work/kill.log" 2>&1 &
-  pid=$!
-  until grep -q "^step" "$work/kill.log" 2> /dev/null || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
+kill_trial() {  # kill_trial N: prints "ok" when trial N's resumed run ends as the straight one, no temporary files left
+  local dir="$work/kill_$1"
+  $run -x 12 -n 3 -o "$dir" > "$dir.log" 2>&1 &
+  local pid=$!
+  until grep -q "^step" "$dir.log" 2> /dev/null || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
   sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
   kill -9 $pid 2> /dev/null
   wait $pid 2> /dev/null
-  if [ -f "$dir/latest" ]; then resume="-y 1"; else resume="--force"; fi
-  $run -x 12 -n 3 -o "$dir" $resume > "$work/resume.log" 2>&1
-  [ "$(checksum "$work/resume.log")" = "$(checksum "$work/kill_straight.log")" ] && no_temp_files "$dir" &&
-    kill_ok=$((kill_ok + 1))
+  local resume="--force"
+  [ -f "$dir/latest" ] && resume="-y 1"
+  $run -x 12 -n 3 -o "$dir" $resume > "$dir.resume.log" 2>&1
+  [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/kill_straight.log")" ] && no_temp_files "$dir" && echo ok
   rm -rf "$dir"
-done
+}
+kill_ok=$(in_parallel "$KILL_TRIALS" kill_trial | grep -c '^ok$')
 check "kill -9 at $KILL_TRIALS random times: resume bit-identical, no temporary files ($kill_ok ok)" \
   test "$kill_ok" = "$KILL_TRIALS"
 
