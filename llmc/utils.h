@@ -28,17 +28,23 @@ struct FailError : std::runtime_error {
 };
 #endif
 
+// printf's formatting into a std::string.
+static inline std::string format_args(const char* fmt, va_list args) {
+    va_list again;
+    va_copy(again, args);
+    std::string text((size_t)vsnprintf(NULL, 0, fmt, args), '\0');
+    vsnprintf(&text[0], text.size() + 1, fmt, again);
+    va_end(again);
+    return text;
+}
+
 // Prints "error: <message>" on one line to stderr and exits with status 1 (with FAIL_THROWS:
 // throws FailError(<message>) and prints nothing).
 [[noreturn]] static inline void fail(const char* fmt, ...) {
     va_list args;
     va_start(args, fmt);
 #ifdef FAIL_THROWS
-    va_list again;
-    va_copy(again, args);
-    std::string message((size_t)vsnprintf(NULL, 0, fmt, args), '\0');
-    vsnprintf(&message[0], message.size() + 1, fmt, again);
-    va_end(again);
+    std::string message = format_args(fmt, args);
     va_end(args);
     throw FailError(message);
 #else
@@ -48,6 +54,16 @@ struct FailError : std::runtime_error {
     va_end(args);
     exit(1);
 #endif
+}
+
+// Sets *problem to the formatted one-line message and returns false: how the readers whose
+// caller decides what a defect means (a resume falls back to an older checkpoint) report one.
+__attribute__((format(printf, 2, 3))) static inline bool set_problem(std::string* problem, const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    *problem = format_args(fmt, args);
+    va_end(args);
+    return false;
 }
 
 static inline FILE* fopen_or_fail(const char* path, const char* mode) {
