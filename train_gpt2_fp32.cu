@@ -2400,6 +2400,11 @@ static GPT2Config config_from_shape(const ModelShape* s) {
                       s->num_heads,   s->channels,   (AttentionKind)s->attention};
 }
 
+static ModelShape shape_from_config(const GPT2Config* c) {
+    return ModelShape{c->max_seq_len, c->vocab_size,        c->num_layers,     c->num_heads,
+                      c->channels,    c->padded_vocab_size, (int)c->attention};
+}
+
 // The config and parameters of a model file or Hugging Face model (host only, no GPU needed).
 static GPT2Config read_model(const char* path, std::vector<float>* params) {
     ModelShape shape;
@@ -2430,9 +2435,7 @@ static void gpt2_build_from_file(GPT2* model, const char* path) {
 }
 
 static void gpt2_write_model(const GPT2* model, const char* path) {
-    const GPT2Config* c = &model->config;
-    ModelShape shape = {c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads,
-                        c->channels,    c->padded_vocab_size, (int)c->attention};
+    ModelShape shape = shape_from_config(&model->config);
     std::vector<float> host(model->num_parameters);
     cudaCheck(cudaMemcpy(host.data(), model->params_memory, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     model_file_write(path, &shape, host.data());
