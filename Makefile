@@ -144,14 +144,17 @@ test-124m: test_gpt2_fp32 $(VAL_DATA)
 FUZZ_SECONDS ?= 30
 SANITIZE := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
 ASAN_TESTS := safetensors json hf tokenizer guards eval state_file debug_state
-FUZZ_TARGETS := safetensors model_file shard tokenizer eval
+FUZZ_TARGETS := safetensors model_file shard tokenizer eval state_file debug_state
 # The longest input each target tries: room for its format's header and a few records (a
-# tokenizer needs all 256 bytes); dictionaries for the text formats.
+# tokenizer needs all 256 bytes); dictionaries for the text formats; no single allocation over
+# 64 MB for the checkpoint formats (a hostile header must be refused before it allocates).
 FUZZ_FLAGS_safetensors := -max_len=4096 -dict=dev/test/fuzz/safetensors.dict
 FUZZ_FLAGS_model_file := -max_len=4096
 FUZZ_FLAGS_shard := -max_len=4096
 FUZZ_FLAGS_tokenizer := -max_len=16384 -dict=dev/test/fuzz/tokenizer.dict
 FUZZ_FLAGS_eval := -max_len=4096 -dict=dev/test/fuzz/eval.dict
+FUZZ_FLAGS_state_file := -max_len=4096 -malloc_limit_mb=64
+FUZZ_FLAGS_debug_state := -max_len=4096 -malloc_limit_mb=64
 fuzz: $(ASAN_TESTS:%=build/test_%_asan) $(FUZZ_TARGETS:%=build/fuzz_%)
 	for t in $(ASAN_TESTS); do build/test_$${t}_asan || exit 1; done
 	$(MAKE) --no-print-directory -j$(words $(FUZZ_TARGETS)) --output-sync=target $(FUZZ_TARGETS:%=fuzz-run-%)
