@@ -58,6 +58,13 @@ static std::string state_bytes(int version, int B, int T, int steps = 2) {
     return bytes;
 }
 
+// The file of B=2, T=4 (and 2 steps) with these header slots (or ints past it) set.
+static std::string with_slots(std::initializer_list<std::pair<int, int32_t>> slots, int version = DEBUG_STATE_VERSION) {
+    std::string bytes = state_bytes(version, 2, 4);
+    for (auto [slot, value] : slots) { set_int(&bytes, slot, value); }
+    return bytes;
+}
+
 static void read_state(const char* path) {
     DebugState st;
     debug_state_read(&st, path, &kModel, kMaxRows);
@@ -113,57 +120,29 @@ TEST(classic_version_2) {
 // refusals: each a one-line error naming the file, before any allocation for the sizes
 
 TEST(hostile_sizes) {
-    std::string good = state_bytes(DEBUG_STATE_VERSION, 2, 4);
-    std::string bytes = good;
-    set_int(&bytes, 2, INT_MAX);
-    set_int(&bytes, 3, INT_MAX);
-    CHECK(refused(bytes, "B=2147483647 T=2147483647 do not fit the model (maxT 8, B*T at most 16)"));
-    bytes = good;
-    set_int(&bytes, 2, -1);
-    CHECK(refused(bytes, "B=-1 T=4 do not fit the model"));
-    bytes = good;
-    set_int(&bytes, 3, 0);
-    CHECK(refused(bytes, "B=2 T=0 do not fit the model"));
-    bytes = good;
-    set_int(&bytes, 3, 9);
-    CHECK(refused(bytes, "B=2 T=9 do not fit the model (maxT 8"));
-    bytes = good;
-    set_int(&bytes, 2, 3);
-    set_int(&bytes, 3, 8);
-    CHECK(refused(bytes, "B=3 T=8 do not fit the model (maxT 8, B*T at most 16)"));
+    CHECK(refused(with_slots({{2, INT_MAX}, {3, INT_MAX}}),
+                  "B=2147483647 T=2147483647 do not fit the model (maxT 8, B*T at most 16)"));
+    CHECK(refused(with_slots({{2, -1}}), "B=-1 T=4 do not fit the model"));
+    CHECK(refused(with_slots({{2, 0}}), "B=0 T=4 do not fit the model"));
+    CHECK(refused(with_slots({{3, 0}}), "B=2 T=0 do not fit the model"));
+    CHECK(refused(with_slots({{3, 9}}), "B=2 T=9 do not fit the model (maxT 8"));
+    CHECK(refused(with_slots({{2, 3}, {3, 8}}), "B=3 T=8 do not fit the model (maxT 8, B*T at most 16)"));
 }
 
 TEST(hostile_steps) {
-    std::string good = state_bytes(DEBUG_STATE_VERSION, 2, 4);
     for (int steps : {INT_MAX, DEBUG_STATE_MAX_STEPS + 1, 0, -5, INT_MIN}) {
-        std::string bytes = good;
-        set_int(&bytes, 7, steps);
-        CHECK(refused(bytes, std::to_string(steps) + " steps, expected 1..10000"));
+        CHECK(refused(with_slots({{7, steps}}), std::to_string(steps) + " steps, expected 1..10000"));
     }
-    std::string bytes = good;
-    set_int(&bytes, 13, 0);
-    CHECK(refused(bytes, "bad accumulation 0 (must divide B=2) or schedule 0"));
-    set_int(&bytes, 13, 3);
-    CHECK(refused(bytes, "bad accumulation 3 (must divide B=2)"));
-    bytes = good;
-    set_int(&bytes, 16, -1);
-    CHECK(refused(bytes, "bad accumulation 2 (must divide B=2) or schedule -1"));
+    CHECK(refused(with_slots({{13, 0}}), "bad accumulation 0 (must divide B=2) or schedule 0"));
+    CHECK(refused(with_slots({{13, 3}}), "bad accumulation 3 (must divide B=2)"));
+    CHECK(refused(with_slots({{16, -1}}), "bad accumulation 2 (must divide B=2) or schedule -1"));
 }
 
 TEST(another_model_or_format) {
-    std::string good = state_bytes(DEBUG_STATE_VERSION, 2, 4);
-    std::string bytes = good;
-    set_int(&bytes, 4, 11);
-    CHECK(refused(bytes, "V=11 Vp=12 attention=0, but the model has V=10 Vp=12 attention=0"));
-    bytes = good;
-    set_int(&bytes, 6, MODEL_ATTENTION_RELU);
-    CHECK(refused(bytes, "V=10 Vp=12 attention=1, but the model has V=10 Vp=12 attention=0"));
-    bytes = good;
-    set_int(&bytes, 0, 20240326);
-    CHECK(refused(bytes, "bad magic 20240326, expected 20240327 (not a debug state file)"));
-    bytes = good;
-    set_int(&bytes, 1, 3);
-    CHECK(refused(bytes, "version 3 not supported, expected 4 (train_gpt2.py) or 2 (classic)"));
+    CHECK(refused(with_slots({{4, 11}}), "V=11 Vp=12 attention=0, but the model has V=10 Vp=12 attention=0"));
+    CHECK(refused(with_slots({{6, MODEL_ATTENTION_RELU}}), "V=10 Vp=12 attention=1, but the model has V=10 Vp=12 attention=0"));
+    CHECK(refused(with_slots({{0, 20240326}}), "bad magic 20240326, expected 20240327 (not a debug state file)"));
+    CHECK(refused(with_slots({{1, 3}}), "version 3 not supported, expected 4 (train_gpt2.py) or 2 (classic)"));
 }
 
 TEST(wrong_file_size) {
@@ -177,12 +156,9 @@ TEST(wrong_file_size) {
 }
 
 TEST(tokens_outside_the_vocabulary) {
-    std::string bytes = state_bytes(DEBUG_STATE_VERSION, 2, 4);
-    set_int(&bytes, DEBUG_STATE_HEADER_INTS + 3, kModel.vocab_size);
-    CHECK(refused(bytes, "token at position 3 is outside [0, 10)"));
-    bytes = state_bytes(DEBUG_STATE_CLASSIC, 2, 4);
-    set_int(&bytes, DEBUG_STATE_HEADER_INTS + 8 + 7, -1);  // the last target
-    CHECK(refused(bytes, "token at position 7 is outside [0, 10)"));
+    CHECK(refused(with_slots({{DEBUG_STATE_HEADER_INTS + 3, kModel.vocab_size}}), "token at position 3 is outside [0, 10)"));
+    CHECK(refused(with_slots({{DEBUG_STATE_HEADER_INTS + 8 + 7, -1}}, DEBUG_STATE_CLASSIC),  // the last target
+                  "token at position 7 is outside [0, 10)"));
 }
 
 // ----------------------------------------------------------------------------
@@ -191,14 +167,11 @@ TEST(tokens_outside_the_vocabulary) {
 // dev/test/fuzz/debug_state/, read by fuzz_debug_state for kModel and kMaxRows: valid files of both
 // versions and a few hostile ones. UPDATE_SEEDS=1 build/test_debug_state seeds rewrites them.
 static std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
-    std::string huge_steps = state_bytes(DEBUG_STATE_VERSION, 2, 4), bad_token = state_bytes(DEBUG_STATE_CLASSIC, 1, 8);
-    set_int(&huge_steps, 7, INT_MAX);
-    set_int(&bad_token, DEBUG_STATE_HEADER_INTS, 10);
     return {{"version_4.bin", state_bytes(DEBUG_STATE_VERSION, 2, 4)},
             {"version_4_short.bin", state_bytes(DEBUG_STATE_VERSION, 2, 1, 1)},
             {"classic.bin", state_bytes(DEBUG_STATE_CLASSIC, 4, 4)},
-            {"huge_steps.bin", huge_steps},
-            {"bad_token.bin", bad_token}};
+            {"huge_steps.bin", with_slots({{7, INT_MAX}})},
+            {"bad_token.bin", with_slots({{DEBUG_STATE_HEADER_INTS, 10}}, DEBUG_STATE_CLASSIC)}};
 }
 
 TEST(fuzz_seeds_are_current) { CHECK(fuzz_seeds_committed("debug_state", fuzz_seeds())); }
