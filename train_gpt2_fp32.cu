@@ -3473,7 +3473,7 @@ static void load_run_state(const char* dir, const RunState* state, GPT2* model, 
     restored.recent_norms = state->recent_norms;
     cudaCheck(cudaMemcpy(model->stats, &restored, sizeof(restored), cudaMemcpyHostToDevice));
     dataloader_restore(loader, &state->loader);
-    size_t owned = state->m.size();  // the shard of model->shard: read for this rank's zero_shard
+    size_t owned = state->m.size();  // model->shard's: both are zero_shard(P, rank, world)
     cudaCheck(cudaMemcpy(model->m_memory, state->m.data(), owned * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->v_memory, state->v.data(), owned * sizeof(float), cudaMemcpyHostToDevice));
 }

@@ -123,7 +123,9 @@ static inline void debug_state_read(DebugState* st, const char* path, const Mode
     st->grad_norms.resize(st->num_steps);
     std::vector<float> logits(BT * logit_columns);
     FILE* file = fopen_or_fail(path, "rb");
-    if (fseek(file, DEBUG_STATE_HEADER_INTS * sizeof(int32_t), SEEK_SET) != 0) { fail("%s: cannot seek past the header", path); }
+    if (fseek(file, DEBUG_STATE_HEADER_INTS * sizeof(int32_t), SEEK_SET) != 0) {
+        fail("%s: cannot seek past the header", path);
+    }
     fread_or_fail(st->inputs.data(), sizeof(int), BT, file, path);
     fread_or_fail(st->targets.data(), sizeof(int), BT, file, path);
     fread_or_fail(logits.data(), sizeof(float), logits.size(), file, path);

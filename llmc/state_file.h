@@ -29,7 +29,8 @@ static const int STATE_CHECKSUM_SLOT = 4;
 static const int STATE_SHAPE_SLOT = 16;
 static const int STATE_LOADER_SLOT = 64;
 static const int STATE_WINDOW_SLOT = 112;
-static_assert(sizeof(RunShape) <= (STATE_LOADER_SLOT - STATE_SHAPE_SLOT) * sizeof(int32_t), "RunShape must fit slots 16..63");
+static_assert(sizeof(RunShape) <= (STATE_LOADER_SLOT - STATE_SHAPE_SLOT) * sizeof(int32_t),
+              "RunShape must fit slots 16..63");
 static_assert(sizeof(DataLoaderState) <= 32 * sizeof(int32_t), "DataLoaderState must fit slots 64..95");
 static_assert(STATE_WINDOW_SLOT * sizeof(int32_t) + sizeof(OutlierWindow) <= STATE_HEADER_INTS * sizeof(int32_t),
               "the spike guard's window must fit the header");
@@ -110,7 +111,7 @@ static inline void state_file_write(const char* path, const RunState* s) {
 static inline bool state_header_check(const int32_t* header, int64_t size, const char* path, int step, size_t P,
                                       std::string* problem) {
     if (header[0] != STATE_MAGIC || header[1] != STATE_VERSION) {
-        return set_problem(problem, "%s: magic %d version %d, expected %d version %d (not a state file of this trainer)",
+        return set_problem(problem, "%s: magic %d version %d, expected %d version %d (not a state file of this version)",
                            path, header[0], header[1], STATE_MAGIC, STATE_VERSION);
     }
     if (header[2] != step) { return set_problem(problem, "%s: holds step %d, expected %d", path, header[2], step); }
@@ -144,7 +145,9 @@ static inline bool state_moments_read(FILE* file, const char* path, size_t P, si
                 *nonfinite = std::string(STATE_MOMENT_NAMES[k]) + "[" + std::to_string(at + bad) + "]";
             }
             size_t from = std::max(at, begin), to = std::min(at + n, end);
-            if (from < to) { memcpy(kept[k]->data() + (from - begin), buffer.data() + (from - at), (to - from) * sizeof(float)); }
+            if (from < to) {
+                memcpy(kept[k]->data() + (from - begin), buffer.data() + (from - at), (to - from) * sizeof(float));
+            }
         }
     }
     return true;
@@ -170,9 +173,12 @@ static inline bool state_file_read(FILE* file, const char* path, int step, size_
     if (!nonfinite.empty()) { return set_problem(problem, "%s: AdamW's %s is not finite", path, nonfinite.c_str()); }
     state_header_decode(header, s);
     if (s->adam_step < 0 || s->adam_step > s->step) {
-        return set_problem(problem, "%s: AdamW's step %d is outside [0, %d] (the steps done)", path, s->adam_step, s->step);
+        return set_problem(problem, "%s: AdamW's step %d is outside [0, %d] (the steps done)", path, s->adam_step,
+                           s->step);
     }
-    if (!outlier_valid(&s->recent_norms)) { return set_problem(problem, "%s: the spike guard's window is malformed", path); }
+    if (!outlier_valid(&s->recent_norms)) {
+        return set_problem(problem, "%s: the spike guard's window is malformed", path);
+    }
     return true;
 }
 

@@ -22,15 +22,17 @@ static void check_accepted(const DebugState& st, size_t size) {
     if (!classic && st.version != DEBUG_STATE_VERSION) { __builtin_trap(); }
     if (st.B < 1 || st.T < 1 || st.T > kModel.max_seq_len || (size_t)st.B * st.T > kMaxRows) { __builtin_trap(); }
     if (classic ? st.num_steps != 0 : st.num_steps < 1 || st.B % st.shape.micro_batches != 0) { __builtin_trap(); }
-    size_t BT = (size_t)st.B * st.T, V = kModel.vocab_size, Vp = kModel.padded_vocab_size, P = model_file_num_parameters(&kModel);
-    size_t columns = classic ? V : Vp;
-    if (size != 4 * (256 + 2 * BT + BT * columns + 1 + P + 2 * (size_t)st.num_steps)) { __builtin_trap(); }
+    size_t BT = (size_t)st.B * st.T, V = kModel.vocab_size, Vp = kModel.padded_vocab_size;
+    size_t P = model_file_num_parameters(&kModel), columns = classic ? V : Vp, steps = st.num_steps;
+    if (size != 4 * (256 + 2 * BT + BT * columns + 1 + P + 2 * steps)) { __builtin_trap(); }
     if (st.inputs.size() != BT || st.targets.size() != BT || st.logits.size() != BT * Vp || st.grads.size() != P) {
         __builtin_trap();
     }
-    if (st.step_losses.size() != (size_t)st.num_steps || st.grad_norms.size() != (size_t)st.num_steps) { __builtin_trap(); }
+    if (st.step_losses.size() != steps || st.grad_norms.size() != steps) { __builtin_trap(); }
     for (size_t i = 0; i < BT; i++) {
-        if (st.inputs[i] < 0 || st.inputs[i] >= (int)V || st.targets[i] < 0 || st.targets[i] >= (int)V) { __builtin_trap(); }
+        if (st.inputs[i] < 0 || st.inputs[i] >= (int)V || st.targets[i] < 0 || st.targets[i] >= (int)V) {
+            __builtin_trap();
+        }
         for (size_t column = V; column < Vp; column++) {
             if (st.logits[i * Vp + column] != 0.0f) { __builtin_trap(); }
         }

@@ -29,7 +29,8 @@ static void check_accepted(const RunState& whole, const RunState& slice, size_t 
     for (size_t i = 0; i < kParameters; i++) {
         if (!isfinite(whole.m[i]) || !isfinite(whole.v[i])) { __builtin_trap(); }
     }
-    std::vector<float> m(whole.m.begin() + kBegin, whole.m.begin() + kEnd), v(whole.v.begin() + kBegin, whole.v.begin() + kEnd);
+    std::vector<float> m(whole.m.begin() + kBegin, whole.m.begin() + kEnd);
+    std::vector<float> v(whole.v.begin() + kBegin, whole.v.begin() + kEnd);
     if (slice.m != m || slice.v != v || memcmp(&slice.shape, &whole.shape, sizeof(RunShape)) != 0) { __builtin_trap(); }
 }
 

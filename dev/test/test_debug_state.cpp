@@ -32,7 +32,8 @@ static float grad_at(size_t i) { return 1e-3f * i; }
 static std::string state_bytes(int version, int B, int T, int steps = 2) {
     std::string bytes;
     bool classic = version == DEBUG_STATE_CLASSIC;
-    int32_t head[8] = {DEBUG_STATE_MAGIC, version, B, T, kModel.vocab_size, kModel.padded_vocab_size, kModel.attention, steps};
+    int32_t head[8] = {DEBUG_STATE_MAGIC,         version,          B, T, kModel.vocab_size,
+                       kModel.padded_vocab_size, kModel.attention, steps};
     for (int i = 0; i < (classic ? 4 : 8); i++) { append(&bytes, head[i]); }
     if (!classic) {  // lr, beta1, beta2, eps, weight decay, micro-batches, clip, warmup, schedule, final fraction
         for (float value : {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}) { append(&bytes, value); }
@@ -70,7 +71,9 @@ static void read_state(const char* path) {
     debug_state_read(&st, path, &kModel, kMaxRows);
 }
 
-static bool refused(const std::string& bytes, const std::string& problem) { return file_refused_with(bytes, problem, read_state); }
+static bool refused(const std::string& bytes, const std::string& problem) {
+    return file_refused_with(bytes, problem, read_state);
+}
 
 static DebugState read_bytes(const std::string& bytes) {
     std::string dir = make_temp_dir("test_debug_state");
@@ -102,7 +105,8 @@ TEST(version_4_with_steps) {
     DebugState st = read_bytes(state_bytes(DEBUG_STATE_VERSION, 2, 4, 3));
     CHECK(st.version == 4 && st.B == 2 && st.T == 4 && st.num_steps == 3);
     CHECK(holds_the_written_values(st));
-    CHECK(st.step_losses == std::vector<float>({2.0f, 1.9f, 1.8f}) && st.grad_norms == std::vector<float>({1.0f, 2.0f, 3.0f}));
+    CHECK(st.step_losses == std::vector<float>({2.0f, 1.9f, 1.8f}));
+    CHECK(st.grad_norms == std::vector<float>({1.0f, 2.0f, 3.0f}));
     const RunShape* r = &st.shape;
     CHECK(r->lr == 1e-3f && r->beta1 == 0.9f && r->beta2 == 0.95f && r->eps == 1e-8f && r->weight_decay == 0.1f);
     CHECK(r->micro_batches == 2 && r->grad_clip == 1.5f && r->warmup_steps == 3 && r->schedule == SCHEDULE_COSINE);
@@ -140,7 +144,8 @@ TEST(hostile_steps) {
 
 TEST(another_model_or_format) {
     CHECK(refused(with_slots({{4, 11}}), "V=11 Vp=12 attention=0, but the model has V=10 Vp=12 attention=0"));
-    CHECK(refused(with_slots({{6, MODEL_ATTENTION_RELU}}), "V=10 Vp=12 attention=1, but the model has V=10 Vp=12 attention=0"));
+    CHECK(refused(with_slots({{6, MODEL_ATTENTION_RELU}}),
+                  "V=10 Vp=12 attention=1, but the model has V=10 Vp=12 attention=0"));
     CHECK(refused(with_slots({{0, 20240326}}), "bad magic 20240326, expected 20240327 (not a debug state file)"));
     CHECK(refused(with_slots({{1, 3}}), "version 3 not supported, expected 4 (train_gpt2.py) or 2 (classic)"));
 }
@@ -156,7 +161,8 @@ TEST(wrong_file_size) {
 }
 
 TEST(tokens_outside_the_vocabulary) {
-    CHECK(refused(with_slots({{DEBUG_STATE_HEADER_INTS + 3, kModel.vocab_size}}), "token at position 3 is outside [0, 10)"));
+    CHECK(refused(with_slots({{DEBUG_STATE_HEADER_INTS + 3, kModel.vocab_size}}),  // the fourth input
+                  "token at position 3 is outside [0, 10)"));
     CHECK(refused(with_slots({{DEBUG_STATE_HEADER_INTS + 8 + 7, -1}}, DEBUG_STATE_CLASSIC),  // the last target
                   "token at position 7 is outside [0, 10)"));
 }

@@ -366,7 +366,8 @@ TEST(temp_names_spell_the_host) {
     atomic_host_spelling(std::string(200, 'x').c_str(), spelled);
     CHECK(std::string(spelled) == std::string(ATOMIC_HOST_MAX, 'x'));
     std::string host = this_host();
-    CHECK(!host.empty() && host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") == std::string::npos);
+    const char* spelled_chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-";
+    CHECK(!host.empty() && host.find_first_not_of(spelled_chars) == std::string::npos);
     AtomicFile af;
     open_atomic(&af, "/tmp/x");
     CHECK(std::string(af.tmp_path) == temp_name("/tmp/x", getpid()));

@@ -22,7 +22,8 @@ static RunState sample_state(size_t P) {
     RunState s = {};
     s.step = kStep;
     s.adam_step = kStep - 1;  // one step skipped
-    s.shape = RunShape{4, 64, 8, 100, 3, SCHEDULE_COSINE, 0, 1, 0, 6e-4f, 0.1f, 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f, 7, 6.0f, 8};
+    s.shape = RunShape{4,    64,   8,    100,   3,     SCHEDULE_COSINE, 0, 1, 0, 6e-4f,
+                       0.1f, 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f,            7, 6.0f, 8};
     s.loader = DataLoaderState{2, 1, 5, 7, 3, 123456, 4, 64, 8, 1};
     outlier_init(&s.recent_norms, 8);
     for (double norm : {1.5, 1.25, 1.75}) { outlier_push(&s.recent_norms, norm); }
@@ -75,8 +76,8 @@ static std::string load_bytes(const std::string& bytes, size_t P, RunState* s, s
 static bool refused_with(const std::string& bytes, size_t P, const std::string& fragment) {
     RunState s;
     std::string problem = load_bytes(bytes, P, &s, 0, P);
-    bool ok = problem.rfind("/tmp/test_state_file_", 0) == 0 && problem.find("/state_00000012.bin: ") != std::string::npos &&
-              problem.find(fragment) != std::string::npos;
+    bool ok = problem.rfind("/tmp/test_state_file_", 0) == 0 &&
+              problem.find("/state_00000012.bin: ") != std::string::npos && problem.find(fragment) != std::string::npos;
     if (!ok) { fprintf(stderr, "  expected a problem with \"%s\", got \"%s\"\n", fragment.c_str(), problem.c_str()); }
     return ok;
 }
@@ -188,7 +189,8 @@ TEST(header_defects) {
     bytes = good;
     set_slot(&bytes, 2, kStep - 1);
     CHECK(refused_with(bytes, P, "holds step 11, expected 12"));
-    CHECK(refused_with(good, P + 1, "1104 bytes, expected 1112 for a model of 11 parameters (truncated, or a smaller model's)"));
+    CHECK(refused_with(good, P + 1,
+                       "1104 bytes, expected 1112 for a model of 11 parameters (truncated, or a smaller model's)"));
     CHECK(refused_with(good, P - 1, "1104 bytes, expected 1096 for a model of 9 parameters (a larger model's)"));
 }
 
@@ -197,10 +199,12 @@ TEST(truncated_anywhere) {
     const size_t P = 10;
     std::string good = file_bytes(sample_state(P));
     for (size_t cut : {(size_t)0, (size_t)1, (size_t)4, (size_t)1023}) {
-        CHECK(refused_with(good.substr(0, cut), P, std::to_string(cut) + " bytes, shorter than its 1024-byte header (truncated)"));
+        std::string problem = std::to_string(cut) + " bytes, shorter than its 1024-byte header (truncated)";
+        CHECK(refused_with(good.substr(0, cut), P, problem));
     }
     for (size_t cut : {(size_t)1024, (size_t)1025, (size_t)1024 + 4 * P, good.size() - 1}) {
-        CHECK(refused_with(good.substr(0, cut), P, std::to_string(cut) + " bytes, expected 1104 for a model of 10 parameters (truncated"));
+        std::string problem = std::to_string(cut) + " bytes, expected 1104 for a model of 10 parameters (truncated";
+        CHECK(refused_with(good.substr(0, cut), P, problem));
     }
 }
 
