@@ -44,7 +44,8 @@ TRAIN_DATA := dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
 CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_launch build/test_zero build/test_json \
-             build/test_safetensors build/test_hf build/test_guards build/test_eval
+             build/test_safetensors build/test_hf build/test_guards build/test_eval build/test_state_file \
+             build/test_debug_state
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer
 
 .PHONY: all train test data fixtures test-124m test-hf test-generate test-faults fuzz bench-tokenizer clean lab nccl-info
@@ -97,6 +98,8 @@ test: all $(TRAIN_DATA)
 	build/test_hf
 	build/test_guards
 	build/test_eval
+	build/test_state_file
+	build/test_debug_state
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
@@ -140,15 +143,18 @@ test-124m: test_gpt2_fp32 $(VAL_DATA)
 # if any target found a crash, a leak or a slow input.
 FUZZ_SECONDS ?= 30
 SANITIZE := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
-ASAN_TESTS := safetensors json hf tokenizer guards eval
-FUZZ_TARGETS := safetensors model_file shard tokenizer eval
+ASAN_TESTS := safetensors json hf tokenizer guards eval state_file debug_state
+FUZZ_TARGETS := safetensors model_file shard tokenizer eval state_file debug_state
 # The longest input each target tries: room for its format's header and a few records (a
-# tokenizer needs all 256 bytes); dictionaries for the text formats.
+# tokenizer needs all 256 bytes); dictionaries for the text formats; no single allocation over
+# 64 MB for the checkpoint formats (a hostile header must be refused before it allocates).
 FUZZ_FLAGS_safetensors := -max_len=4096 -dict=dev/test/fuzz/safetensors.dict
 FUZZ_FLAGS_model_file := -max_len=4096
 FUZZ_FLAGS_shard := -max_len=4096
 FUZZ_FLAGS_tokenizer := -max_len=16384 -dict=dev/test/fuzz/tokenizer.dict
 FUZZ_FLAGS_eval := -max_len=4096 -dict=dev/test/fuzz/eval.dict
+FUZZ_FLAGS_state_file := -max_len=4096 -malloc_limit_mb=64
+FUZZ_FLAGS_debug_state := -max_len=4096 -malloc_limit_mb=64
 fuzz: $(ASAN_TESTS:%=build/test_%_asan) $(FUZZ_TARGETS:%=build/fuzz_%)
 	for t in $(ASAN_TESTS); do build/test_$${t}_asan || exit 1; done
 	$(MAKE) --no-print-directory -j$(words $(FUZZ_TARGETS)) --output-sync=target $(FUZZ_TARGETS:%=fuzz-run-%)

@@ -6,8 +6,8 @@ and PASS or FAIL; exits non-zero on FAIL and zero with a SKIPPED line when there
 
   ./test_gpt2_fp32 [-m MODEL -s STATE] [-f 0|1]   (-f 1: TF32)
   ./test_gpt2_fp32 --decode                        (generation: KV-cache steps against full forward passes)
-MODEL is a model file or a Hugging Face GPT-2 directory; STATE a debug state of version 4
-(train_gpt2.py) or 2 (the classic gpt2_124M_debug_state.bin, no optimizer steps). Without -m
+MODEL is a model file or a Hugging Face GPT-2 directory; STATE a debug state (llmc/debug_state.h) of
+version 4 (train_gpt2.py) or 2 (the classic gpt2_124M_debug_state.bin, no optimizer steps). Without -m
 and -s: gpt2_124M.bin and gpt2_124M_debug_state.bin from the current directory if there, else the
 bundled small fixture.
 */
@@ -16,6 +16,8 @@ bundled small fixture.
 
 #include <algorithm>
 #include <random>
+
+#include "llmc/debug_state.h"  // defines: DebugState, the reference's debug state file, read and checked
 
 // Tolerances: errors are max |ours - reference| relative to the tensor's largest |reference|
 // (the loss ones are absolute). Full FP32 (-f 0): the reference is FP32 too and only the order of
@@ -36,118 +38,6 @@ typedef struct {
 
 static const Tolerances FP32_TOLERANCES = {2e-5, 2e-5, 5e-4, 5e-5, 5e-5};
 static const Tolerances TF32_TOLERANCES = {5e-3, 2e-3, 1e-1, 1e-2, 1e-2};
-
-// The reference's debug state: magic 20240327, then by version
-//   4 (train_gpt2.py --write-state): header [2..7] B T V Vp attention steps, [8..17] the steps'
-//     lr, AdamW, accumulation, clipping and schedule; inputs, targets (B, T) int32; logits
-//     (B, T, Vp); the loss; the gradients; each step's loss and gradient norm.
-//   2 (the classic state, e.g. gpt2_124M_debug_state.bin): header [2..3] B T; inputs, targets;
-//     logits (B, T, V) unpadded; the loss; the gradients. No optimizer steps.
-// The gradients are every parameter's, in model-file order (wte padded to Vp).
-static const int DEBUG_STATE_MAGIC = 20240327;
-static const int DEBUG_STATE_CLASSIC = 2;
-static const int DEBUG_STATE_VERSION = 4;
-
-typedef struct {
-    int version, B, T, num_steps;
-    RunShape shape;  // lr, AdamW, accumulation, clipping and schedule of the steps
-    std::vector<int> inputs, targets;  // (B, T)
-    std::vector<float> logits;         // (B, T, Vp), the padded columns 0
-    float loss;
-    std::vector<float> grads;          // every parameter, in the model file's layout
-    std::vector<float> step_losses;    // loss of each of the num_steps AdamW steps
-    std::vector<float> grad_norms;     // global gradient norm (before clipping) of each step
-} DebugState;
-
-static float header_float(const int* header, int slot) {
-    float value;
-    memcpy(&value, &header[slot], sizeof(value));
-    return value;
-}
-
-// Version 4's header past B and T: it must describe the model c; the steps' run shape.
-static void read_step_header(DebugState* st, const int* header, const char* path, const GPT2Config* c) {
-    int V = header[4], Vp = header[5], attention = header[6];
-    st->num_steps = header[7];
-    RunShape* r = &st->shape;
-    r->lr = header_float(header, 8);
-    r->beta1 = header_float(header, 9);
-    r->beta2 = header_float(header, 10);
-    r->eps = header_float(header, 11);
-    r->weight_decay = header_float(header, 12);
-    r->micro_batches = header[13];
-    r->grad_clip = header_float(header, 14);
-    r->warmup_steps = header[15];
-    r->schedule = header[16];
-    r->final_lr_frac = header_float(header, 17);
-    r->max_steps = st->num_steps;
-    if (st->num_steps < 1 || st->num_steps > 10000) { fail("%s: %d steps, expected 1..10000", path, st->num_steps); }
-    if (r->micro_batches < 1 || st->B % r->micro_batches != 0 || r->schedule < 0 || r->schedule > 2) {
-        fail("%s: bad accumulation %d (must divide B=%d) or schedule %d", path, r->micro_batches, st->B, r->schedule);
-    }
-    if (V != c->vocab_size || Vp != c->padded_vocab_size || attention != (int)c->attention) {
-        fail("%s: V=%d Vp=%d attention=%d, but the model has V=%d Vp=%d attention=%d", path, V, Vp, attention,
-             c->vocab_size, c->padded_vocab_size, (int)c->attention);
-    }
-}
-
-// The reference state for a model of config c (host only, no GPU needed).
-static void read_debug_state(DebugState* st, const char* path, const GPT2Config* c) {
-    size_t num_parameters = count_parameters(c);
-    FILE* file = fopen_or_fail(path, "rb");
-    int header[256];
-    fread_or_fail(header, sizeof(int), 256, file, path);
-    if (header[0] != DEBUG_STATE_MAGIC) {
-        fail("%s: bad magic %d, expected %d (not a debug state file)", path, header[0], DEBUG_STATE_MAGIC);
-    }
-    st->version = header[1];
-    st->B = header[2];
-    st->T = header[3];
-    if (st->B <= 0 || st->T <= 0 || st->T > c->max_seq_len || (size_t)st->B * st->T > CLASSIFIER_CHUNK_ROWS) {
-        fail("%s: B=%d T=%d do not fit the model (maxT %d, B*T at most %zu)", path, st->B, st->T, c->max_seq_len,
-             CLASSIFIER_CHUNK_ROWS);
-    }
-    st->shape = RunShape{};
-    if (st->version == DEBUG_STATE_VERSION) {
-        read_step_header(st, header, path, c);
-    } else if (st->version == DEBUG_STATE_CLASSIC) {
-        st->num_steps = 0;
-        st->shape.micro_batches = 1;
-    } else {
-        fail("%s: version %d not supported, expected %d (train_gpt2.py) or %d (classic)", path, st->version,
-             DEBUG_STATE_VERSION, DEBUG_STATE_CLASSIC);
-    }
-    size_t BT = (size_t)st->B * st->T, V = c->vocab_size, Vp = c->padded_vocab_size;
-    size_t logit_columns = st->version == DEBUG_STATE_CLASSIC ? V : Vp;
-    int64_t expected = 4 * (256 + 2 * BT + BT * logit_columns + 1 + num_parameters + 2 * (size_t)st->num_steps);
-    if (file_size(path) != expected) {
-        fail("%s: %lld bytes, expected %lld for this model and header (truncated or not its state)", path,
-             (long long)file_size(path), (long long)expected);
-    }
-    st->inputs.resize(BT);
-    st->targets.resize(BT);
-    st->grads.resize(num_parameters);
-    st->step_losses.resize(st->num_steps);
-    st->grad_norms.resize(st->num_steps);
-    fread_or_fail(st->inputs.data(), sizeof(int), BT, file, path);
-    fread_or_fail(st->targets.data(), sizeof(int), BT, file, path);
-    std::vector<float> logits(BT * logit_columns);
-    fread_or_fail(logits.data(), sizeof(float), logits.size(), file, path);
-    st->logits.assign(BT * Vp, 0.0f);
-    for (size_t row = 0; row < BT; row++) {
-        memcpy(&st->logits[row * Vp], &logits[row * logit_columns], V * sizeof(float));
-    }
-    fread_or_fail(&st->loss, sizeof(float), 1, file, path);
-    fread_or_fail(st->grads.data(), sizeof(float), st->grads.size(), file, path);
-    fread_or_fail(st->step_losses.data(), sizeof(float), st->step_losses.size(), file, path);
-    fread_or_fail(st->grad_norms.data(), sizeof(float), st->grad_norms.size(), file, path);
-    fclose(file);
-    for (size_t i = 0; i < BT; i++) {
-        if (st->inputs[i] < 0 || st->inputs[i] >= (int)V || st->targets[i] < 0 || st->targets[i] >= (int)V) {
-            fail("%s: token at position %zu is outside [0, %zu)", path, i, V);
-        }
-    }
-}
 
 // One row of the results table; false when the error is over tolerance or not finite.
 static bool report(const char* name, double error, double scale, double tolerance, bool relative) {
@@ -336,7 +226,8 @@ int main(int argc, char** argv) {
     std::vector<float> parameters;  // the files are checked with or without a GPU
     GPT2Config config = read_model(model_path, &parameters);
     DebugState st;
-    read_debug_state(&st, state_path, &config);
+    ModelShape shape = shape_from_config(&config);
+    debug_state_read(&st, state_path, &shape, CLASSIFIER_CHUNK_ROWS);
     if (!cuda_setup(use_tf32 == 1)) {
         printf("SKIPPED (no GPU): test_gpt2_fp32 %s\n", state_path);
         return 0;

@@ -33,7 +33,9 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 #include "llmc/model_file.h"     // defines: the model file (header, tensor order), read and written
 #include "llmc/outlier.h"        // defines: OutlierWindow, the spike guard's z-score of the gradient norm
 #include "llmc/paths.h"          // defines: find_bundled_file (the vocabulary from any directory)
+#include "llmc/run_shape.h"      // defines: RunShape (the flags that shape a run's numbers), learning_rate
 #include "llmc/signals.h"        // defines: signals_install, signals_pending, EXIT_PREEMPTED
+#include "llmc/state_file.h"     // defines: RunState, the run-state file of a checkpoint, read and written
 #include "llmc/tokenizer.h"      // defines: Tokenizer (GPT-2 BPE)
 #include "llmc/utils.h"          // defines: fail, checked file I/O, atomic writes
 #include "llmc/zero.h"           // defines: ZeRO-1 shards, gradient buckets, the rank-ordered sum
@@ -2496,6 +2498,11 @@ static GPT2Config config_from_shape(const ModelShape* s) {
                       s->num_heads,   s->channels,   (AttentionKind)s->attention};
 }
 
+static ModelShape shape_from_config(const GPT2Config* c) {
+    return ModelShape{c->max_seq_len, c->vocab_size,        c->num_layers,     c->num_heads,
+                      c->channels,    c->padded_vocab_size, (int)c->attention};
+}
+
 // The config and parameters of a model file or Hugging Face model (host only, no GPU needed).
 static GPT2Config read_model(const char* path, std::vector<float>* params) {
     ModelShape shape;
@@ -2526,9 +2533,7 @@ static void gpt2_build_from_file(GPT2* model, const char* path) {
 }
 
 static void gpt2_write_model(const GPT2* model, const char* path) {
-    const GPT2Config* c = &model->config;
-    ModelShape shape = {c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads,
-                        c->channels,    c->padded_vocab_size, (int)c->attention};
+    ModelShape shape = shape_from_config(&model->config);
     std::vector<float> host(model->num_parameters);
     cudaCheck(cudaMemcpy(host.data(), model->params_memory, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     model_file_write(path, &shape, host.data());
@@ -3192,37 +3197,6 @@ static double wall_seconds() {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// ----------------------------------------------------------------------------------------------
-// The run: the flags that shape its numbers, and the learning-rate schedule
-
-typedef enum { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR = 1, SCHEDULE_CONSTANT = 2 } Schedule;
-
-static const char* schedule_name(int schedule) {
-    return schedule == SCHEDULE_LINEAR ? "linear" : schedule == SCHEDULE_CONSTANT ? "constant" : "cosine";
-}
-
-// The flags that shape a run's numbers. A checkpoint stores them and a resumed run must match;
-// micro_batches counts the micro-batches of B x T per optimizer step over all GPUs (-d / B*T), so
-// a run may resume on another number of GPUs.
-typedef struct {
-    int32_t B, T, micro_batches, max_steps, warmup_steps, schedule, attention, use_tf32, overfit_single_batch;
-    float lr, final_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
-    uint64_t seed;
-    float spike_z;         // -sg: skip an update whose norm is this many std devs above the recent ones
-    int32_t spike_window;  // --spike-window: how many recent norms
-} RunShape;
-
-// Learning rate of step (0-based): linear warmup to lr, then the decay to final_lr_frac * lr.
-static float learning_rate(const RunShape* r, int step) {
-    if (step < r->warmup_steps) { return (float)((double)r->lr * (step + 1) / r->warmup_steps); }
-    int decay_steps = r->max_steps - r->warmup_steps;
-    double progress = decay_steps > 0 ? (double)(step - r->warmup_steps) / decay_steps : 0.0;
-    double f = r->final_lr_frac, factor = 1.0;
-    if (r->schedule == SCHEDULE_COSINE) { factor = f + (1.0 - f) * 0.5 * (1.0 + cos(M_PI * progress)); }
-    if (r->schedule == SCHEDULE_LINEAR) { factor = 1.0 - (1.0 - f) * progress; }
-    return (float)(r->lr * factor);
-}
-
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------------
 // Run configuration
@@ -3500,31 +3474,12 @@ static float tf32_peak_tflops(const char* device_name) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Checkpoints: DIR/model_%08d.bin (the classic model format), DIR/state_%08d.bin (the run state
-// below), DIR/latest (the step of the newest pair, as text). All written atomically by rank 0.
-// State header, 256 int32: [0] magic, [1] version, [2] steps done, [3] AdamW step, [16..) the
-// RunShape, [64..80) the training DataLoaderState ([96..98) held a sampling RNG until samples were
-// keyed on the step); then AdamW m and v
-// of all parameters, whatever the number of GPUs that wrote it (each rank reads its slice).
-
-static const int STATE_MAGIC = 20240417;
-static const int STATE_VERSION = 3;  // 3: a checksum and the spike guard's window
-static const int STATE_CHECKSUM_SLOT = 4;  // the CRC32C of the moments' bytes
-static const int STATE_WINDOW_SLOT = 112;  // the spike guard's OutlierWindow
-static_assert(sizeof(RunShape) <= 48 * sizeof(int), "RunShape must fit header slots 16..63");
-static_assert(sizeof(DataLoaderState) <= 32 * sizeof(int), "DataLoaderState must fit header slots 64..95");
-static_assert(STATE_WINDOW_SLOT * sizeof(int) + sizeof(OutlierWindow) <= 256 * sizeof(int), "the window must fit the header");
+// Checkpoints: DIR/model_%08d.bin (the classic model format), DIR/state_%08d.bin (the run state,
+// llmc/state_file.h), DIR/latest (the step of the newest pair, as text). All written atomically by
+// rank 0.
 
 static void checkpoint_path(char* out, size_t size, const char* dir, const char* kind, int step) {
     snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);
-}
-
-// CRC32C of a state file's header (its checksum slot taken as 0) and moments.
-static uint32_t state_checksum(const int* header, const float* moments, size_t count) {
-    int copy[256];
-    memcpy(copy, header, sizeof(copy));
-    copy[STATE_CHECKSUM_SLOT] = 0;
-    return crc32c_update(crc32c_update(0, copy, sizeof(copy)), moments, count * sizeof(float));
 }
 
 // Every rank calls it (the owners' moments are gathered on rank 0, through the gradients' memory,
@@ -3532,10 +3487,12 @@ static uint32_t state_checksum(const int* header, const float* moments, size_t c
 static void write_checkpoint(const char* dir, int step, const GPT2* model, const RunShape* shape,
                              const DataLoader* loader) {
     size_t P = model->num_parameters;
-    std::vector<float> moments(g_comm.rank == 0 ? 2 * P : 0);
+    RunState state = {};
+    state.m.resize(g_comm.rank == 0 ? P : 0);
+    state.v.resize(state.m.size());
     size_t buffer_floats = std::min(P, (size_t)1 << 26);
-    comm_gather_slices(&g_comm, model->m_memory, P, moments.data(), model->grads_memory, buffer_floats);
-    comm_gather_slices(&g_comm, model->v_memory, P, moments.data() + P, model->grads_memory, buffer_floats);
+    comm_gather_slices(&g_comm, model->m_memory, P, state.m.data(), model->grads_memory, buffer_floats);
+    comm_gather_slices(&g_comm, model->v_memory, P, state.v.data(), model->grads_memory, buffer_floats);
     if (g_comm.rank != 0) { return; }
     char path[4096];
     checkpoint_path(path, sizeof(path), dir, "model", step);
@@ -3543,29 +3500,19 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
 
     StepStats stats;
     cudaCheck(cudaMemcpy(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost));
-    int header[256] = {STATE_MAGIC, STATE_VERSION, step, stats.adam_step};
-    DataLoaderState loader_state = dataloader_state(loader);
-    memcpy(&header[16], shape, sizeof(*shape));
-    memcpy(&header[64], &loader_state, sizeof(loader_state));
-    memcpy(&header[STATE_WINDOW_SLOT], &stats.recent_norms, sizeof(stats.recent_norms));
-    header[STATE_CHECKSUM_SLOT] = (int)state_checksum(header, moments.data(), moments.size());
+    state.step = step;
+    state.adam_step = stats.adam_step;
+    state.shape = *shape;
+    state.loader = dataloader_state(loader);
+    state.recent_norms = stats.recent_norms;
     checkpoint_path(path, sizeof(path), dir, "state", step);
-    for (size_t i = 0; i < moments.size(); i++) {
-        if (!isfinite(moments[i])) {
-            fail("%s: not written, AdamW's %s[%zu] is not finite (the previous checkpoints are kept)", path,
-                 i < P ? "m" : "v", i % P);
-        }
-    }
-    AtomicFile out;
-    open_atomic(&out, path);
-    atomic_write_or_fail(&out, header, sizeof(int), 256);
-    atomic_write_or_fail(&out, moments.data(), sizeof(float), moments.size());
-    commit_atomic(&out);
+    state_file_write(path, &state);
 
     // `latest` names a step only once both of its files are complete
     snprintf(path, sizeof(path), "%s/latest", dir);
     char latest[32];
     int length = snprintf(latest, sizeof(latest), "%d\n", step);
+    AtomicFile out;
     open_atomic(&out, path);
     atomic_write_or_fail(&out, latest, 1, length);
     commit_atomic(&out);
@@ -3595,44 +3542,16 @@ static int read_latest_step(const char* dir) {
     return step;
 }
 
-// What is wrong with the state file of `step` for a model of P parameters (header, size,
-// checksum, finite moments), or "".
-static std::string state_file_problem(const char* path, int step, size_t P) {
-    char message[4096 + 256];
-    FILE* file = fopen(path, "rb");
-    if (file == NULL) {
-        snprintf(message, sizeof(message), "cannot open %s: %s", path, strerror(errno));
-        return message;
-    }
-    int header[256];
-    std::vector<float> moments(2 * P);
-    int64_t expected = 256 * sizeof(int) + 2 * (int64_t)P * sizeof(float);
-    bool complete = file_size(path) == expected && fread(header, sizeof(int), 256, file) == 256 &&
-                    fread(moments.data(), sizeof(float), moments.size(), file) == moments.size();
-    fclose(file);
-    if (!complete) {
-        snprintf(message, sizeof(message), "%s: %lld bytes, expected %lld for this model (truncated or another model's)",
-                 path, (long long)file_size(path), (long long)expected);
-    } else if (header[0] != STATE_MAGIC || header[1] != STATE_VERSION || header[2] != step) {
-        snprintf(message, sizeof(message), "%s: magic %d version %d step %d, expected %d version %d step %d", path,
-                 header[0], header[1], header[2], STATE_MAGIC, STATE_VERSION, step);
-    } else if ((uint32_t)header[STATE_CHECKSUM_SLOT] != state_checksum(header, moments.data(), moments.size())) {
-        snprintf(message, sizeof(message), "%s: checksum mismatch (the file is corrupt)", path);
-    } else {
-        for (size_t i = 0; i < moments.size(); i++) {
-            if (!isfinite(moments[i])) {
-                snprintf(message, sizeof(message), "%s: AdamW's %s[%zu] is not finite", path, i < P ? "m" : "v", i % P);
-                return message;
-            }
-        }
-        return "";
-    }
-    return message;
-}
+// A checkpoint read back to resume from: the model and this rank's slice of the run state.
+struct Checkpoint {
+    GPT2Config config;
+    std::vector<float> params;  // in model-file order, until they are on the device
+    RunState state;             // AdamW's m and v of this rank's ZeRO-1 shard
+};
 
-// The newest checkpoint, at or before `latest`, whose model and state files are intact; each
-// damaged one is named on the way. Fails if none is.
-static int find_intact_checkpoint(const char* dir) {
+// Reads the newest checkpoint, at or before `latest`, whose model and state files are intact, each
+// file once; each damaged one is named on the way. Fails if none is intact.
+static void find_intact_checkpoint(const char* dir, Checkpoint* checkpoint) {
     int latest = read_latest_step(dir);
     char pattern[4096];
     snprintf(pattern, sizeof(pattern), "%s/model_*.bin", dir);
@@ -3642,14 +3561,18 @@ static int find_intact_checkpoint(const char* dir) {
         int step = -1;
         if (sscanf(it->c_str() + it->rfind("model_"), "model_%d.bin", &step) != 1 || step > latest) { continue; }
         ModelShape shape;
-        std::vector<float> params;
         char state_path[4096];
         checkpoint_path(state_path, sizeof(state_path), dir, "state", step);
         std::string problem;
-        if (model_file_load(it->c_str(), &shape, &params, &problem)) {
-            problem = state_file_problem(state_path, step, params.size());
+        if (model_file_load(it->c_str(), &shape, &checkpoint->params, &problem)) {
+            size_t P = checkpoint->params.size();
+            ZeroShard shard = zero_shard(P, g_comm.rank, g_comm.world);
+            if (state_file_load(state_path, step, P, shard.begin, shard.end, &checkpoint->state, &problem)) {
+                checkpoint->config = config_from_shape(&shape);
+                validate_config(&checkpoint->config, it->c_str());
+                return;
+            }
         }
-        if (problem.empty()) { return step; }
         printf0("checkpoint of step %d is damaged: %s; trying the one before\n", step, problem.c_str());
         if (newest_problem.empty()) { newest_problem = problem; }
     }
@@ -3662,17 +3585,13 @@ static int find_intact_checkpoint(const char* dir) {
         fail("flag %s: differs from the run being resumed (%s); resume with the run's flags", flag, path); \
     }
 
-// Restores the run state of `step` into model (whose parameters came from the model file) and
-// loader: this rank's slice of the AdamW moments.
-static void load_run_state(const char* dir, int step, GPT2* model, const RunShape* current, DataLoader* loader) {
+// Restores the run state read from dir's checkpoint into model (built from its model file) and
+// loader: Adam's step, the spike guard's window and this rank's slice of the AdamW moments.
+static void load_run_state(const char* dir, const RunState* state, GPT2* model, const RunShape* current,
+                           DataLoader* loader) {
     char path[4096];
-    checkpoint_path(path, sizeof(path), dir, "state", step);
-    FILE* file = fopen_or_fail(path, "rb");
-    int header[256];
-    fread_or_fail(header, sizeof(int), 256, file, path);
-    size_t P = model->num_parameters;  // the file was checked by find_intact_checkpoint
-    RunShape saved;
-    memcpy(&saved, &header[16], sizeof(saved));
+    checkpoint_path(path, sizeof(path), dir, "state", state->step);
+    RunShape saved = state->shape;
     REQUIRE_SAME(B, "-b") REQUIRE_SAME(T, "-t") REQUIRE_SAME(micro_batches, "-d") REQUIRE_SAME(max_steps, "-x")
     REQUIRE_SAME(warmup_steps, "-u") REQUIRE_SAME(schedule, "-k") REQUIRE_SAME(use_tf32, "-f")
     REQUIRE_SAME(overfit_single_batch, "-a") REQUIRE_SAME(lr, "-l") REQUIRE_SAME(final_lr_frac, "-q")
@@ -3680,36 +3599,26 @@ static void load_run_state(const char* dir, int step, GPT2* model, const RunShap
     REQUIRE_SAME(eps, "--eps") REQUIRE_SAME(grad_clip, "-gc") REQUIRE_SAME(seed, "--seed")
     REQUIRE_SAME(spike_z, "-sg") REQUIRE_SAME(spike_window, "--spike-window")
     StepStats restored = {};
-    restored.adam_step = header[3];
-    memcpy(&restored.recent_norms, &header[STATE_WINDOW_SLOT], sizeof(restored.recent_norms));
-    if (!outlier_valid(&restored.recent_norms)) { fail("%s: the spike guard's window is malformed", path); }
+    restored.adam_step = state->adam_step;
+    restored.recent_norms = state->recent_norms;
     cudaCheck(cudaMemcpy(model->stats, &restored, sizeof(restored), cudaMemcpyHostToDevice));
-    DataLoaderState loader_state;
-    memcpy(&loader_state, &header[64], sizeof(loader_state));
-    dataloader_restore(loader, &loader_state);
-    size_t begin = model->shard.begin, owned = model->shard.end - begin;
-    std::vector<float> slice(owned);
-    float* moments[2] = {model->m_memory, model->v_memory};
-    for (int k = 0; k < 2; k++) {
-        off_t offset = 256 * sizeof(int) + (off_t)(k * P + begin) * sizeof(float);
-        if (fseeko(file, offset, SEEK_SET) != 0) { fail("%s: cannot seek to offset %lld", path, (long long)offset); }
-        fread_or_fail(slice.data(), sizeof(float), owned, file, path);
-        cudaCheck(cudaMemcpy(moments[k], slice.data(), owned * sizeof(float), cudaMemcpyHostToDevice));
-    }
-    fclose(file);
+    dataloader_restore(loader, &state->loader);
+    size_t owned = state->m.size();  // model->shard's: both are zero_shard(P, rank, world)
+    cudaCheck(cudaMemcpy(model->m_memory, state->m.data(), owned * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(model->v_memory, state->v.data(), owned * sizeof(float), cudaMemcpyHostToDevice));
 }
 #undef REQUIRE_SAME
 
 // ----------------------------------------------------------------------------------------------
 // Training
 
-static void build_model(GPT2* model, const TrainArgs* args, int resume_step) {
+// The model of the checkpoint resumed from (its host parameters freed once on the device), or -e's.
+static void build_model(GPT2* model, const TrainArgs* args, Checkpoint* resume) {
     GPT2Config config;
     const RunShape* r = &args->shape;
-    if (resume_step >= 0) {
-        char path[4096];
-        checkpoint_path(path, sizeof(path), args->output_dir, "model", resume_step);
-        gpt2_build_from_file(model, path);
+    if (resume != NULL) {
+        gpt2_build_from_parameters(model, &resume->config, resume->params);
+        std::vector<float>().swap(resume->params);
     } else if (gpt2_config_by_depth(args->model, &config)) {
         config.attention = r->attention < 0 ? ATTENTION_SOFTMAX : (AttentionKind)r->attention;
         gpt2_build_from_scratch(model, &config, r->seed);
@@ -3794,7 +3703,7 @@ static std::vector<int> encode_prompt(const TrainArgs* args, const Tokenizer* to
 static void generate_main(const TrainArgs* args) {
     if (!cuda_setup(args->shape.use_tf32 == 1)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
     GPT2 model;
-    build_model(&model, args, -1);
+    build_model(&model, args, NULL);
     const GPT2Config* c = &model.config;
     Tokenizer tokenizer;
     tokenizer_init(&tokenizer, args->tokenizer.c_str());
@@ -3918,7 +3827,7 @@ static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
     if (!cuda_setup(r->use_tf32 == 1, me->local_rank)) { fail("no CUDA GPU found: evaluation needs an NVIDIA GPU"); }
     comm_init(&g_comm, me, args->rendezvous_dir);
     GPT2 model;
-    build_model(&model, args, -1);
+    build_model(&model, args, NULL);
     if (r->T > model.config.max_seq_len) {
         fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, model.config.max_seq_len);
     }
@@ -4073,9 +3982,11 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
         int removed = remove_stale_temp_files(args->output_dir);
         if (removed > 0) { printf0("removed %d temporary files of killed writers from %s\n", removed, args->output_dir); }
     }
-    int resume_step = args->resume ? find_intact_checkpoint(args->output_dir) : -1;
+    Checkpoint resume;  // read once, when resuming
+    if (args->resume) { find_intact_checkpoint(args->output_dir, &resume); }
+    int resume_step = args->resume ? resume.state.step : -1;
     GPT2* model = &run->model;
-    build_model(model, args, resume_step);
+    build_model(model, args, args->resume ? &resume : NULL);
     gpt2_reset_step_stats(model, r->spike_window);
     const GPT2Config* c = &model->config;
     r->attention = c->attention;
@@ -4101,7 +4012,7 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
 
     run->log = open_run_log(args);
     if (resume_step >= 0) {
-        load_run_state(args->output_dir, resume_step, model, r, &run->train_loader);
+        load_run_state(args->output_dir, &resume.state, model, r, &run->train_loader);
         run->start_step = resume_step;
         printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, resume_step, world, world > 1 ? "s" : "");
         if (run->log) { fprintf(run->log, "# resumed at step %d on %d GPUs\n", resume_step, world); }

@@ -29,15 +29,6 @@ static inline std::string executable_dir(void) {
     return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// "/a/b" -> "/a", "/a" -> "/", "/" -> "/".
-static inline std::string parent_dir(const std::string& dir) {
-    size_t last = dir.find_last_not_of('/');  // trailing slashes do not count
-    if (last == std::string::npos) { return "/"; }
-    size_t slash = dir.rfind('/', last);
-    if (slash == std::string::npos) { return "."; }
-    return slash == 0 ? "/" : dir.substr(0, slash);
-}
-
 static inline std::string join_path(const std::string& dir, const std::string& relative) {
     if (relative.empty() || relative[0] == '/') { return relative; }
     return dir.empty() || dir.back() == '/' ? dir + relative : dir + "/" + relative;

@@ -1,7 +1,7 @@
 // Small host helpers shared by the trainer, the tests and the data tools:
 // one-line fatal errors, checked file I/O, atomic file writes (temporary file + fsync +
-// rename, so a crash never leaves a half-written file) and the removal of the temporary
-// files that killed writers left behind.
+// rename + fsync of the directory, so a crash never leaves a half-written file) and the removal
+// of the temporary files that killed writers on this host left behind.
 #pragma once
 
 #include <dirent.h>
@@ -16,9 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <string>
+
 #ifdef FAIL_THROWS
 #include <stdexcept>
-#include <string>
 
 // Compiled with -DFAIL_THROWS (the fuzz targets), fail() throws this instead of exiting, so that
 // a rejected input is an ordinary outcome rather than the end of the process.
@@ -27,17 +28,23 @@ struct FailError : std::runtime_error {
 };
 #endif
 
+// printf's formatting into a std::string.
+static inline std::string format_args(const char* fmt, va_list args) {
+    va_list again;
+    va_copy(again, args);
+    std::string text((size_t)vsnprintf(NULL, 0, fmt, args), '\0');
+    vsnprintf(&text[0], text.size() + 1, fmt, again);
+    va_end(again);
+    return text;
+}
+
 // Prints "error: <message>" on one line to stderr and exits with status 1 (with FAIL_THROWS:
 // throws FailError(<message>) and prints nothing).
 [[noreturn]] static inline void fail(const char* fmt, ...) {
     va_list args;
     va_start(args, fmt);
 #ifdef FAIL_THROWS
-    va_list again;
-    va_copy(again, args);
-    std::string message((size_t)vsnprintf(NULL, 0, fmt, args), '\0');
-    vsnprintf(&message[0], message.size() + 1, fmt, again);
-    va_end(again);
+    std::string message = format_args(fmt, args);
     va_end(args);
     throw FailError(message);
 #else
@@ -47,6 +54,16 @@ struct FailError : std::runtime_error {
     va_end(args);
     exit(1);
 #endif
+}
+
+// Sets *problem to the formatted one-line message and returns false: how the readers whose
+// caller decides what a defect means (a resume falls back to an older checkpoint) report one.
+__attribute__((format(printf, 2, 3))) static inline bool set_problem(std::string* problem, const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    *problem = format_args(fmt, args);
+    va_end(args);
+    return false;
 }
 
 static inline FILE* fopen_or_fail(const char* path, const char* mode) {
@@ -85,20 +102,46 @@ static inline int64_t file_size(const char* path) {
 
 static inline bool file_exists(const char* path) { return access(path, F_OK) == 0; }
 
-// Atomic writes: open_atomic() returns a FILE* on "<path>.tmp.<pid>", atomic_write_or_fail()
-// writes to it, commit_atomic() flushes, fsyncs and renames it over `path`. A crash in between
-// leaves `path` untouched; a failed write, flush, fsync, close or rename (a full disk) removes
-// the temporary file and fails naming `path`.
+// Atomic writes: open_atomic() returns a FILE* on "<path>.tmp.<host>.<pid>", atomic_write_or_fail()
+// writes to it, commit_atomic() flushes, fsyncs and renames it over `path`, then fsyncs the
+// directory so that the rename survives a power loss. A crash in between leaves `path` untouched;
+// a failed write, flush, fsync, close or rename (a full disk) removes the temporary file and fails
+// naming `path`.
 typedef struct {
     FILE* file;
     char path[4096];
-    char tmp_path[4096 + 32];
+    char tmp_path[4096 + 128];
 } AtomicFile;
+
+// A PID means something only on its host: temporary-file names carry the host too, so that
+// nodes sharing a run directory tell their files apart. At most this many characters of it.
+static const size_t ATOMIC_HOST_MAX = 64;
+
+// A host name as temporary-file names spell it: each character other than [A-Za-z0-9-] made
+// '-' (a '.' would make the name ambiguous), cut to ATOMIC_HOST_MAX characters.
+static inline void atomic_host_spelling(const char* host, char out[ATOMIC_HOST_MAX + 1]) {
+    size_t n = strnlen(host, ATOMIC_HOST_MAX);
+    for (size_t i = 0; i < n; i++) {
+        char c = host[i];
+        bool kept = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+        out[i] = kept ? c : '-';
+    }
+    out[n] = '\0';
+}
+
+// This host's name, spelled as above ("unknown-host" if it has none).
+static inline void atomic_host_name(char out[ATOMIC_HOST_MAX + 1]) {
+    char host[256] = "";
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') { strcpy(host, "unknown-host"); }
+    atomic_host_spelling(host, out);
+}
 
 static inline void open_atomic(AtomicFile* af, const char* path) {
     if (strlen(path) >= sizeof(af->path)) { fail("path too long: %s", path); }
     strcpy(af->path, path);
-    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%d", path, (int)getpid());
+    char host[ATOMIC_HOST_MAX + 1];
+    atomic_host_name(host);
+    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%s.%d", path, host, (int)getpid());
     af->file = fopen_or_fail(af->tmp_path, "wb");
 }
 
@@ -120,21 +163,51 @@ static inline void atomic_write_or_fail(AtomicFile* af, const void* src, size_t 
     if (fwrite(src, size, count, af->file) != count) { fail_atomic(af, errno); }
 }
 
+// "/a/b" -> "/a", "/a" -> "/", "/" -> "/", "a" -> ".".
+static inline std::string parent_dir(const std::string& dir) {
+    size_t last = dir.find_last_not_of('/');  // trailing slashes do not count
+    if (last == std::string::npos) { return "/"; }
+    size_t slash = dir.rfind('/', last);
+    if (slash == std::string::npos) { return "."; }
+    return slash == 0 ? "/" : dir.substr(0, slash);
+}
+
+// Makes the renames done in `dir` durable (they are changes to the directory, not to the file).
+static inline void fsync_dir_or_fail(const char* dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0) {
+        int error = errno;
+        if (fd >= 0) { close(fd); }
+        fail("cannot sync the directory %s: %s", dir, strerror(error));
+    }
+    close(fd);
+}
+
 static inline void commit_atomic(AtomicFile* af) {
     if (fflush(af->file) != 0 || fsync(fileno(af->file)) != 0) { fail_atomic(af, errno); }
     int closed = fclose(af->file);
     af->file = NULL;  // closed even when fclose reports an error
     if (closed != 0) { fail_atomic(af, errno); }
     if (rename(af->tmp_path, af->path) != 0) { fail_atomic(af, errno); }
+    fsync_dir_or_fail(parent_dir(af->path).c_str());
 }
 
-// The writer's PID in a name of the form "<anything>.tmp.<digits>" (as open_atomic makes them),
-// or 0 for any other name, a leading zero or a number no PID can be.
-static inline pid_t atomic_temp_pid(const char* name) {
+static inline bool ends_with(const char* text, size_t length, const char* suffix) {
+    size_t n = strlen(suffix);
+    return length >= n && memcmp(text + length - n, suffix, n) == 0;
+}
+
+// The writer's PID in the name of a temporary file of `host` (spelled as atomic_host_name does):
+// "<anything>.tmp.<host>.<pid>" as open_atomic makes them, or "<anything>.tmp.<pid>" as older
+// versions did (taken as this host's). 0 for another host's file, any other name, a leading zero
+// or a number no PID can be.
+static inline pid_t atomic_temp_pid(const char* name, const char* host) {
     size_t end = strlen(name), start = end;
     while (start > 0 && name[start - 1] >= '0' && name[start - 1] <= '9') { start--; }
     if (start == end || end - start > 9 || name[start] == '0') { return 0; }
-    if (start < 5 || memcmp(name + start - 5, ".tmp.", 5) != 0) { return 0; }
+    char host_suffix[ATOMIC_HOST_MAX + 8];
+    snprintf(host_suffix, sizeof(host_suffix), ".tmp.%s.", host);
+    if (!ends_with(name, start, host_suffix) && !ends_with(name, start, ".tmp.")) { return 0; }
     return (pid_t)atol(name + start);
 }
 
@@ -144,18 +217,20 @@ static inline bool atomic_writer_is_gone(pid_t pid) {
     return pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH);
 }
 
-// Deletes the regular files in `dir` named "<anything>.tmp.<pid>" whose writer is gone (see
-// above) and returns how many; a missing `dir` has none. PIDs are this host's: call it only on
-// directories that no other host writes to.
+// Deletes the regular files in `dir` that are this host's temporary files (atomic_temp_pid) and
+// whose writer is gone (see above), and returns how many; a missing `dir` has none. Other hosts'
+// files are left alone: their PIDs cannot be judged here.
 static inline int remove_stale_temp_files(const char* dir) {
     DIR* listing = opendir(dir);
     if (listing == NULL) {
         if (errno == ENOENT) { return 0; }
         fail("cannot list %s: %s", dir, strerror(errno));
     }
+    char host[ATOMIC_HOST_MAX + 1];
+    atomic_host_name(host);
     int removed = 0;
     for (struct dirent* entry; (entry = readdir(listing)) != NULL;) {
-        pid_t pid = atomic_temp_pid(entry->d_name);
+        pid_t pid = atomic_temp_pid(entry->d_name, host);
         if (pid == 0 || !atomic_writer_is_gone(pid)) { continue; }
         char path[4096 + 256];
         if (snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name) >= (int)sizeof(path)) { continue; }

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "llmc/utils.h"
 
@@ -37,4 +39,17 @@ static inline std::string make_temp_dir(const char* prefix = "test") {
 static inline void remove_dir(const std::string& dir) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
+}
+
+// Whether dev/test/fuzz/TARGET/ holds these (name, bytes) seeds; with UPDATE_SEEDS=1 in the
+// environment, writes them first (the tests that make a fuzz target's seeds regenerate them so).
+static inline bool fuzz_seeds_committed(const std::string& target,
+                                        const std::vector<std::pair<std::string, std::string>>& seeds) {
+    bool all_same = true;
+    for (const auto& [name, bytes] : seeds) {
+        std::string path = "dev/test/fuzz/" + target + "/" + name;
+        if (getenv("UPDATE_SEEDS") != NULL) { write_file(path, bytes); }
+        all_same = all_same && read_file(path) == bytes;
+    }
+    return all_same;
 }

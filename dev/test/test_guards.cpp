@@ -1,6 +1,7 @@
 // Tests of the host-side guards of a training run: CRC32C (llmc/checksum.h), the gradient-norm
 // spike detector (llmc/outlier.h), preemption signals (llmc/signals.h), and in llmc/utils.h the
-// cleanup of stale temporary files and atomic writes that fail on a full disk.
+// cleanup of stale temporary files (this host's only) and atomic writes, which fail on a full
+// disk and sync the directory of the rename.
 // Run from the repo root: build/test_guards [name filter]
 #include <math.h>
 #include <signal.h>
@@ -67,7 +68,19 @@ static pid_t dead_pid(void) {
     return pid;
 }
 
-static std::string temp_name(const std::string& base, pid_t pid) { return base + ".tmp." + std::to_string(pid); }
+static std::string this_host(void) {
+    char host[ATOMIC_HOST_MAX + 1];
+    atomic_host_name(host);
+    return host;
+}
+
+// A temporary file's name as open_atomic makes it, of this host unless another is given.
+static std::string temp_name(const std::string& base, pid_t pid, const std::string& host = this_host()) {
+    return base + ".tmp." + host + "." + std::to_string(pid);
+}
+
+// A temporary file's name as versions before the host was in it made it.
+static std::string old_temp_name(const std::string& base, pid_t pid) { return base + ".tmp." + std::to_string(pid); }
 
 // The exit status of fn() run in a child, or -1 if the child did not exit normally.
 template <typename F>
@@ -322,18 +335,44 @@ TEST(signals_from_another_process_stop_a_polling_loop) {
 // stale temporary files
 
 TEST(stale_temp_names) {
-    CHECK(atomic_temp_pid("model.bin.tmp.1234") == 1234);
-    CHECK(atomic_temp_pid("a.tmp.b.tmp.7") == 7);
-    CHECK(atomic_temp_pid(".tmp.5") == 5);
-    CHECK(atomic_temp_pid("model.bin") == 0);
-    CHECK(atomic_temp_pid("x.tmp") == 0);
-    CHECK(atomic_temp_pid("x.tmp.") == 0);
-    CHECK(atomic_temp_pid("x.tmp.12a") == 0);
-    CHECK(atomic_temp_pid("x.tmp.0") == 0);
-    CHECK(atomic_temp_pid("x.tmp.0123") == 0);
-    CHECK(atomic_temp_pid("x.tmp.1234567890") == 0);  // more digits than a PID has
-    CHECK(atomic_temp_pid("xtmp.123") == 0);
-    CHECK(atomic_temp_pid("x.TMP.123") == 0);
+    CHECK(atomic_temp_pid("model.bin.tmp.node-7.1234", "node-7") == 1234);
+    CHECK(atomic_temp_pid("model.bin.tmp.node-7.1234", "node-8") == 0);  // another host's
+    CHECK(atomic_temp_pid("model.bin.tmp.node-7.1234", "node") == 0);
+    CHECK(atomic_temp_pid("model.bin.tmp.node-7.1234", "7") == 0);
+    CHECK(atomic_temp_pid("model.bin.tmp.1234", "node-7") == 1234);  // an older version's: this host's
+    CHECK(atomic_temp_pid("a.tmp.b.tmp.h.7", "h") == 7);
+    CHECK(atomic_temp_pid(".tmp.h.5", "h") == 5);
+    CHECK(atomic_temp_pid(".tmp.5", "h") == 5);
+    CHECK(atomic_temp_pid("model.bin", "h") == 0);
+    CHECK(atomic_temp_pid("model.bin.h.5", "h") == 0);
+    CHECK(atomic_temp_pid("x.tmp", "h") == 0);
+    CHECK(atomic_temp_pid("x.tmp.", "h") == 0);
+    CHECK(atomic_temp_pid("x.tmp.h.", "h") == 0);
+    CHECK(atomic_temp_pid("x.tmp..5", "h") == 0);
+    CHECK(atomic_temp_pid("x.tmp.12a", "h") == 0);
+    CHECK(atomic_temp_pid("x.tmp.0", "h") == 0);
+    CHECK(atomic_temp_pid("x.tmp.h.0123", "h") == 0);
+    CHECK(atomic_temp_pid("x.tmp.h.1234567890", "h") == 0);  // more digits than a PID has
+    CHECK(atomic_temp_pid("xtmp.123", "h") == 0);
+    CHECK(atomic_temp_pid("x.TMP.h.123", "h") == 0);
+}
+
+TEST(temp_names_spell_the_host) {
+    char spelled[ATOMIC_HOST_MAX + 1];
+    atomic_host_spelling("node-12.cluster.example.org", spelled);
+    CHECK(strcmp(spelled, "node-12-cluster-example-org") == 0);
+    atomic_host_spelling("a_b c/d\xc3\xa9Z9", spelled);
+    CHECK(strcmp(spelled, "a-b-c-d--Z9") == 0);
+    atomic_host_spelling(std::string(200, 'x').c_str(), spelled);
+    CHECK(std::string(spelled) == std::string(ATOMIC_HOST_MAX, 'x'));
+    std::string host = this_host();
+    const char* spelled_chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-";
+    CHECK(!host.empty() && host.find_first_not_of(spelled_chars) == std::string::npos);
+    AtomicFile af;
+    open_atomic(&af, "/tmp/x");
+    CHECK(std::string(af.tmp_path) == temp_name("/tmp/x", getpid()));
+    CHECK(atomic_temp_pid(af.tmp_path, host.c_str()) == getpid());
+    abort_atomic(&af);
 }
 
 TEST(stale_temp_files_removed_and_nothing_else) {
@@ -346,17 +385,20 @@ TEST(stale_temp_files_removed_and_nothing_else) {
     }
     write_file(dir + "/model.bin", "complete");
     write_file(dir + "/" + temp_name("model.bin", gone), "half");
+    write_file(dir + "/" + old_temp_name("old.bin", gone), "an older version's");
     write_file(dir + "/" + temp_name("state.bin", getpid()), "half");
     write_file(dir + "/" + temp_name("live.bin", live), "being written");
     write_file(dir + "/" + temp_name("parent.bin", getppid()), "another process's");
+    write_file(dir + "/" + temp_name("remote.bin", gone, "another-node"), "another host's");
     write_file(dir + "/x.tmp", "");
     write_file(dir + "/x.tmp.12a", "");
     write_file(dir + "/x.tmp.0", "");
     std::filesystem::create_directory(dir + "/" + temp_name("d", gone));
     std::filesystem::create_symlink(dir + "/model.bin", dir + "/" + temp_name("link", gone));
-    CHECK(remove_stale_temp_files(dir.c_str()) == 2);
+    CHECK(remove_stale_temp_files(dir.c_str()) == 3);
     std::vector<std::string> kept = {"model.bin", temp_name("live.bin", live), temp_name("parent.bin", getppid()),
-                                     "x.tmp", "x.tmp.12a", "x.tmp.0", temp_name("d", gone), temp_name("link", gone)};
+                                     temp_name("remote.bin", gone, "another-node"), "x.tmp", "x.tmp.12a", "x.tmp.0",
+                                     temp_name("d", gone), temp_name("link", gone)};
     std::sort(kept.begin(), kept.end());
     CHECK(dir_names(dir) == kept);
     CHECK(remove_stale_temp_files(dir.c_str()) == 0);
@@ -434,6 +476,26 @@ TEST(atomic_rename_failure_leaves_nothing) {
     };
     CHECK(expect_exit_failure(write_over_directory, ("error: writing " + path + ": Is a directory").c_str()));
     CHECK(dir_names(dir) == std::vector<std::string>({"checkpoint"}));
+    remove_dir(dir);
+}
+
+// The rename lands in the file's directory, "." for a bare name (its directory is synced).
+TEST(atomic_write_into_the_current_directory) {
+    std::string dir = make_temp_dir("test_guards");
+    char err[512];
+    auto write_bare_name = [&] {
+        if (chdir(dir.c_str()) != 0) { _exit(3); }
+        AtomicFile af;
+        open_atomic(&af, "latest");
+        atomic_write_or_fail(&af, "12\n", 1, 3);
+        commit_atomic(&af);
+    };
+    CHECK(child_exit_status(write_bare_name, err, sizeof(err)) == 0);
+    CHECK(read_file(dir + "/latest") == "12\n");
+    CHECK(dir_names(dir) == std::vector<std::string>({"latest"}));
+    CHECK(parent_dir("latest") == "." && parent_dir("run/latest") == "run" && parent_dir("/latest") == "/");
+    CHECK(expect_exit_failure([&] { fsync_dir_or_fail((dir + "/missing").c_str()); },
+                              ("error: cannot sync the directory " + dir + "/missing: No such file").c_str()));
     remove_dir(dir);
 }
 
