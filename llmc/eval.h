@@ -22,7 +22,6 @@
 #pragma once
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,18 +82,6 @@ struct EvalResult {
 // ----------------------------------------------------------------------------
 // Loading
 
-// Formats the one-line message into *error; returns false for the caller to pass on.
-static inline bool eval_error(std::string* error, const char* fmt, ...) {
-    va_list args, again;
-    va_start(args, fmt);
-    va_copy(again, args);
-    error->assign((size_t)vsnprintf(NULL, 0, fmt, args), '\0');
-    vsnprintf(&(*error)[0], error->size() + 1, fmt, again);
-    va_end(again);
-    va_end(args);
-    return false;
-}
-
 static inline bool eval_is_blank(const char* text, size_t size) {
     return std::all_of(text, text + size, [](char b) { return is_json_space((uint8_t)b); });
 }
@@ -103,18 +90,18 @@ static inline bool eval_is_blank(const char* text, size_t size) {
 static inline bool eval_parse_json(const char* text, size_t size, const char* where, JsonValue* value, std::string* error) {
     JsonCursor c = json_cursor(text, size);
     bool ok = json_value(&c, value, 0) && (json_peek(&c) == -1 || json_error(&c, "unexpected text after the value"));
-    return ok || eval_error(error, "%s: not valid JSON (%s at byte %zu)", where, c.problem, c.error_pos);
+    return ok || set_problem(error, "%s: not valid JSON (%s at byte %zu)", where, c.problem, c.error_pos);
 }
 
 // "WHERE: "key" is missing" or "WHERE: "key" is not <what>"; false.
 static inline bool eval_bad_member(const char* where, const char* key, const JsonValue* value, const char* what, std::string* error) {
-    if (value == NULL) { return eval_error(error, "%s: \"%s\" is missing", where, key); }
-    return eval_error(error, "%s: \"%s\" is not %s", where, key, what);
+    if (value == NULL) { return set_problem(error, "%s: \"%s\" is missing", where, key); }
+    return set_problem(error, "%s: \"%s\" is not %s", where, key, what);
 }
 
 // An object with "ctx" a string, "endings" 4 strings and "label" an integer in 0..3.
 static inline bool eval_check_members(const JsonValue& v, const char* where, std::string* error) {
-    if (v.type != JSON_OBJECT) { return eval_error(error, "%s: not a JSON object", where); }
+    if (v.type != JSON_OBJECT) { return set_problem(error, "%s: not a JSON object", where); }
     const JsonValue* ctx = v.find("ctx");
     if (ctx == NULL || ctx->type != JSON_STRING) { return eval_bad_member(where, "ctx", ctx, "a string", error); }
     const JsonValue* endings = v.find("endings");
@@ -127,7 +114,7 @@ static inline bool eval_check_members(const JsonValue& v, const char* where, std
         return eval_bad_member(where, "label", label, "an integer", error);
     }
     if (label->integer < 0 || label->integer >= kEvalEndings) {
-        return eval_error(error, "%s: \"label\" is %lld, not 0..3", where, (long long)label->integer);
+        return set_problem(error, "%s: \"label\" is %lld, not 0..3", where, (long long)label->integer);
     }
     return true;
 }
@@ -139,7 +126,7 @@ static inline bool eval_encode(const Tokenizer* tok, const std::string& text, in
     tokenizer_encode(tok, text.data(), text.size(), &raw);
     for (uint32_t id : raw) {
         if ((int64_t)id >= vocab_size) {
-            return eval_error(error, "%s: token %u is outside the model's vocabulary (V = %d)", where, id, vocab_size);
+            return set_problem(error, "%s: token %u is outside the model's vocabulary (V = %d)", where, id, vocab_size);
         }
     }
     ids->assign(raw.begin(), raw.end());
@@ -210,7 +197,7 @@ static inline bool eval_load(const char* path, const Tokenizer* tok, int vocab_s
     set->path = path;
     set->T = T;
     FILE* f = fopen(path, "rb");
-    if (f == NULL) { return eval_error(error, "%s: cannot open (%s)", path, strerror(errno)); }
+    if (f == NULL) { return set_problem(error, "%s: cannot open (%s)", path, strerror(errno)); }
     char* text = NULL;
     size_t capacity = 0;
     ssize_t size;
@@ -222,10 +209,10 @@ static inline bool eval_load(const char* path, const Tokenizer* tok, int vocab_s
     free(text);
     fclose(f);
     if (!ok) { return false; }
-    if (read_error != 0) { return eval_error(error, "%s: cannot read (%s)", path, strerror(read_error)); }
+    if (read_error != 0) { return set_problem(error, "%s: cannot read (%s)", path, strerror(read_error)); }
     if (!set->examples.empty()) { return true; }
-    if (set->skipped_empty + set->skipped_long == 0) { return eval_error(error, "%s: no examples", path); }
-    return eval_error(error, "%s: no examples left (%s)", path, eval_skip_reasons(*set).c_str());
+    if (set->skipped_empty + set->skipped_long == 0) { return set_problem(error, "%s: no examples", path); }
+    return set_problem(error, "%s: no examples left (%s)", path, eval_skip_reasons(*set).c_str());
 }
 
 // ----------------------------------------------------------------------------
@@ -272,7 +259,7 @@ static inline bool eval_plan(const EvalSet& set, size_t max_tokens, int rank, in
                              std::string* error) {
     batches->clear();
     if (max_tokens < (size_t)kEvalEndings * set.T) {
-        return eval_error(error, "--eval needs room for 4 rows of T tokens per forward pass (B >= 4)");
+        return set_problem(error, "--eval needs room for 4 rows of T tokens per forward pass (B >= 4)");
     }
     std::vector<int> longest(set.examples.size()), order(set.examples.size());
     for (size_t e = 0; e < set.examples.size(); e++) { longest[e] = eval_longest_row(set.examples[e]); }

@@ -83,9 +83,8 @@ static inline std::string model_file_first_nonfinite(const ModelShape* s, const 
     size_t sizes[MODEL_FILE_TENSORS], begin = 0;
     model_file_sizes(s, sizes);
     for (int t = 0; t < MODEL_FILE_TENSORS; t++) {
-        for (size_t i = 0; i < sizes[t]; i++) {
-            if (!isfinite(params[begin + i])) { return std::string(MODEL_FILE_TENSOR_NAMES[t]) + "[" + std::to_string(i) + "]"; }
-        }
+        size_t bad = first_nonfinite(params + begin, sizes[t]);
+        if (bad < sizes[t]) { return std::string(MODEL_FILE_TENSOR_NAMES[t]) + "[" + std::to_string(bad) + "]"; }
         begin += sizes[t];
     }
     return "";

@@ -75,12 +75,6 @@ static inline uint32_t state_header_crc(const int32_t header[STATE_HEADER_INTS])
     return crc32c_update(0, copy, sizeof(copy));
 }
 
-static inline size_t first_nonfinite(const float* values, size_t n) {
-    size_t i = 0;
-    while (i < n && isfinite(values[i])) { i++; }
-    return i;
-}
-
 // Writes s (m and v of all P parameters) atomically to path; refuses a non-finite moment, naming
 // it (the previous files are kept).
 static inline void state_file_write(const char* path, const RunState* s) {

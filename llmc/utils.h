@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -64,6 +65,13 @@ __attribute__((format(printf, 2, 3))) static inline bool set_problem(std::string
     *problem = format_args(fmt, args);
     va_end(args);
     return false;
+}
+
+// The index of the first non-finite value among n, or n.
+static inline size_t first_nonfinite(const float* values, size_t n) {
+    size_t i = 0;
+    while (i < n && isfinite(values[i])) { i++; }
+    return i;
 }
 
 static inline FILE* fopen_or_fail(const char* path, const char* mode) {
