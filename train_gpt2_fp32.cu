@@ -1613,33 +1613,59 @@ template <int HS>  // the head size, 32, 64 or 128: the loops over it unroll, ev
 __global__ void __launch_bounds__(DECODE_THREADS)
     attention_decode_kernel(float* out, float* partials, unsigned int* counters, float* kv, const float* qkv,
                             const int* position, int maxT, int NH, AttentionKind kind) {
-    constexpr int hs = HS;
-    __shared__ __align__(16) float q[DECODE_THREADS];
-    __shared__ float p[DECODE_CHUNK], sums[DECODE_THREADS];
+    constexpr int hs = HS, groups = DECODE_THREADS / hs;
+    __shared__ __align__(16) float q[hs], k_new[hs];
+    __shared__ float v_new[hs], p[DECODE_CHUNK], sums[DECODE_THREADS];
     cg::thread_block block = cg::this_thread_block();
     pdl_wait();
     int pos = *position, chunks = pos / DECODE_CHUNK + 1, chunk = blockIdx.y;
     if (chunk >= chunks) { return; }
-    int C = NH * hs, h = blockIdx.x % NH, tid = block.thread_rank();
+    int C = NH * hs, h = blockIdx.x % NH, tid = block.thread_rank(), group = tid / hs, d = tid % hs;
     size_t m = blockIdx.x / NH, row_stride = 2 * (size_t)C;
     const float* new_qkv = qkv + m * 3 * C + h * hs;
     float* head_kv = kv + m * maxT * row_stride + h * hs;
     int first = chunk * DECODE_CHUNK, count = min(DECODE_CHUNK, pos + 1 - first);
+    // One trip to memory: the new q, k, v and the cached keys and values this thread reads (thread
+    // i < count scores position first + i; thread (group, d) sums dimension d over positions
+    // first + group, + groups, ...). Position pos is not in the cache yet: its key and value come
+    // from qkv (and are appended by the last chunk's block).
+    float new_q = 0.0f, new_k = 0.0f, new_v = 0.0f;
     if (tid < hs) {
-        q[tid] = new_qkv[tid];
+        new_q = new_qkv[tid];
+        new_k = new_qkv[C + tid];
+        new_v = new_qkv[2 * C + tid];
+    }
+    bool cached_key = tid < count && first + tid < pos;
+    float4 key[hs / 4];
+#pragma unroll
+    for (int d4 = 0; d4 < hs / 4; d4++) {
+        key[d4] = cached_key ? ((const float4*)(head_kv + (first + tid) * row_stride))[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float value[DECODE_CHUNK / groups];
+#pragma unroll
+    for (int k = 0; k < DECODE_CHUNK / groups; k++) {
+        int i = group + k * groups;
+        value[k] = i < count && first + i < pos ? head_kv[(first + i) * row_stride + C + d] : 0.0f;
+    }
+    if (tid < hs) {
+        q[tid] = new_q;
+        k_new[tid] = new_k;
+        v_new[tid] = new_v;
         if (chunk == chunks - 1) {
-            head_kv[pos * row_stride + tid] = new_qkv[C + tid];
-            head_kv[pos * row_stride + C + tid] = new_qkv[2 * C + tid];
+            head_kv[pos * row_stride + tid] = new_k;
+            head_kv[pos * row_stride + C + tid] = new_v;
         }
     }
-    block.sync();  // also makes the appended key and value visible to the block
+    block.sync();
 
-    float score = -INFINITY;  // thread i scores position first + i
+    float score = -INFINITY;
     if (tid < count) {
-        const float4* key = (const float4*)(head_kv + (first + tid) * row_stride);
         float dot = 0.0f;
 #pragma unroll
-        for (int d4 = 0; d4 < hs / 4; d4++) { dot += sum4(key[d4] * ((const float4*)q)[d4]); }
+        for (int d4 = 0; d4 < hs / 4; d4++) {
+            float4 k4 = cached_key ? key[d4] : ((const float4*)k_new)[d4];
+            dot += sum4(k4 * ((const float4*)q)[d4]);
+        }
         score = dot * rsqrtf((float)hs);
     }
     float chunk_max = kind == ATTENTION_SOFTMAX ? block_reduce(score, cg::greater<float>(), -INFINITY) : 0.0f;
@@ -1648,12 +1674,11 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     if (tid < count) { p[tid] = weight; }
     block.sync();
 
-    constexpr int groups = DECODE_THREADS / hs;
-    int group = tid / hs, d = tid % hs;
     float acc = 0.0f;
 #pragma unroll
-    for (int i = group; i < DECODE_CHUNK; i += groups) {
-        if (i < count) { acc = fmaf(p[i], head_kv[(first + i) * row_stride + C + d], acc); }
+    for (int k = 0; k < DECODE_CHUNK / groups; k++) {
+        int i = group + k * groups;
+        if (i < count) { acc = fmaf(p[i], first + i < pos ? value[k] : v_new[d], acc); }
     }
     sums[tid] = acc;
     block.sync();
@@ -1669,15 +1694,18 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     }
     if (!arrive_last_in_group(&counters[blockIdx.x], chunks) || tid >= hs) { return; }
 
+    // the chunks in order, in one pass: the softmax's running maximum rescales what came before
     const float* head_partials = partials + (size_t)blockIdx.x * gridDim.y * (hs + 2);
-    float global_max = -INFINITY;
-    for (int c = 0; c < chunks; c++) { global_max = fmaxf(global_max, __ldcg(&head_partials[c * (hs + 2)])); }
-    float numerator = 0.0f, denominator = 0.0f;
+    float running_max = -INFINITY, numerator = 0.0f, denominator = 0.0f;
     for (int c = 0; c < chunks; c++) {
         const float* part = head_partials + c * (hs + 2);
-        float w = kind == ATTENTION_SOFTMAX ? expf(__ldcg(&part[0]) - global_max) : 1.0f;
-        numerator = fmaf(w, __ldcg(&part[2 + tid]), numerator);
-        denominator = fmaf(w, __ldcg(&part[1]), denominator);
+        float part_max = __ldcg(&part[0]), part_sum = __ldcg(&part[1]), part_out = __ldcg(&part[2 + tid]);
+        float new_max = fmaxf(running_max, part_max);
+        float rescale = kind == ATTENTION_SOFTMAX ? expf(running_max - new_max) : 1.0f;
+        float w = kind == ATTENTION_SOFTMAX ? expf(part_max - new_max) : 1.0f;
+        numerator = fmaf(w, part_out, numerator * rescale);
+        denominator = fmaf(w, part_sum, denominator * rescale);
+        running_max = new_max;
     }
     if (kind == ATTENTION_RELU) { denominator = (float)(pos + 1); }
     out[m * C + h * hs + tid] = numerator / denominator;
