@@ -1636,11 +1636,10 @@ __global__ void __launch_bounds__(DECODE_THREADS)
         new_v = new_qkv[2 * C + tid];
     }
     bool cached_key = tid < count && first + tid < pos;
+    const float4* key_row = (const float4*)(head_kv + (first + tid) * row_stride);
     float4 key[hs / 4];
 #pragma unroll
-    for (int d4 = 0; d4 < hs / 4; d4++) {
-        key[d4] = cached_key ? ((const float4*)(head_kv + (first + tid) * row_stride))[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+    for (int d4 = 0; d4 < hs / 4; d4++) { key[d4] = cached_key ? key_row[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
     float value[DECODE_CHUNK / groups];
 #pragma unroll
     for (int k = 0; k < DECODE_CHUNK / groups; k++) {

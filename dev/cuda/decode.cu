@@ -124,8 +124,8 @@ static double check_linear(const LinearBuffers& d, const Layer& s, LinearOps ops
         for (int k = 0; k < K; k++) { mean += inp[(size_t)i * K + k] / (double)K; }
         for (int k = 0; k < K; k++) { var += (inp[(size_t)i * K + k] - mean) * (inp[(size_t)i * K + k] - mean) / K; }
         for (int k = 0; k < K; k++) {
-            x[k] = ops.ln_weight == NULL ? inp[(size_t)i * K + k]
-                                         : (inp[(size_t)i * K + k] - mean) / sqrt(var + 1e-5) * ln_weight[k] + ln_bias[k];
+            double v = inp[(size_t)i * K + k];
+            x[k] = ops.ln_weight == NULL ? v : (v - mean) / sqrt(var + 1e-5) * ln_weight[k] + ln_bias[k];
         }
         for (int o = 0; o < OC; o++) {
             double sum = s.has_bias ? bias[o] : 0.0;
