@@ -606,7 +606,7 @@ __device__ inline float gelu_grad(float x) {
 // float4 columns t, t + 128, ... (every load of the block in flight at once, many blocks); each
 // dot product is summed in a fixed tree (the warp's, then the warps' in order). Launched dependent
 // (launch_pdl): the block's weight rows are prefetched into L2 while the previous kernel finishes.
-static const int FEW_ROWS_MAX = 4;  // each weight row meets every input row: beyond 4, cuBLAS measured faster
+static const int FEW_ROWS_MAX = 4;  // a thread holds N x FEW_ROWS_COLUMNS sums: more rows go through cuBLAS
 static const int FEW_ROWS_COLUMNS = 4;
 static const int FEW_ROWS_THREADS = 128;  // FEW_ROWS_MAX warps: one per row for the layernorm statistics
 static const int FEW_ROWS_WARPS = FEW_ROWS_THREADS / 32;
