@@ -2686,17 +2686,15 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
     }
 }
 
-// The embeddings, the layers and the final layernorm (into acts.lnf) over the B x T tokens in
-// model->inputs, token (b, t) at position *first_position + t (0 for NULL); attend(l, atty, lse,
-// qkv) computes layer l's attention output atty from its qkv.
-template <typename Attend>
-static void gpt2_forward_layers(GPT2* model, int B, int T, const int* first_position, Attend attend) {
+// The embeddings, the layers (flash attention) and the final layernorm (into acts.lnf) over the
+// B x T tokens in model->inputs, token (b, t) at position t.
+static void gpt2_forward_layers(GPT2* model, int B, int T) {
     const GPT2Config* c = &model->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, first_position, B, T, C);
+    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, NULL, B, T, C);
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
         float* qkv = a.qkv + l * 3 * btc;
@@ -2712,7 +2710,7 @@ static void gpt2_forward_layers(GPT2* model, int B, int T, const int* first_posi
                               a.residual2 + (l - 1) * btc, a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
         }
         matmul_forward(qkv, a.ln, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
-        attend(l, atty, a.lse + l * BT * NH, qkv);
+        flash_attention_forward(atty, a.lse + l * BT * NH, qkv, B, T, NH, C / NH, c->attention, !g_use_tf32);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
         layernorm_forward(a.ln, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, residual, a.dbtc,
                           p.ln2w + l * C, p.ln2b + l * C, BT, C);
@@ -2756,15 +2754,11 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
 static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_weight = 1.0f,
                          bool with_grads = false) {
     if (with_grads && targets == NULL) { fail("gpt2_forward: gradients need targets"); }
-    const GPT2Config* c = &model->config;
     gpt2_upload_batch(model, inputs, targets, B, T, with_grads);
     model->B = B;
     model->T = T;
     model->grads_pending = with_grads;
-    int NH = c->num_heads, hs = c->channels / NH;
-    gpt2_forward_layers(model, B, T, NULL, [&](int, float* atty, float* lse, const float* qkv) {
-        flash_attention_forward(atty, lse, qkv, B, T, NH, hs, c->attention, !g_use_tf32);
-    });
+    gpt2_forward_layers(model, B, T);
     classifier_forward(model, targets != NULL, with_grads, loss_weight);
 }
 
@@ -3146,10 +3140,7 @@ static void generator_start(GPT2* model, Generator* gen, const std::vector<int>&
         model->B = 1;
         model->T = n - 1;
         model->grads_pending = false;
-        int NH = c->num_heads;
-        gpt2_forward_layers(model, 1, n - 1, NULL, [&](int, float* atty, float* lse, const float* qkv) {
-            flash_attention_forward(atty, lse, qkv, 1, n - 1, NH, c->channels / NH, c->attention, !g_use_tf32);
-        });
+        gpt2_forward_layers(model, 1, n - 1);
         kv_cache_fill(gen->kv, model->acts.qkv, c->num_layers, M, n - 1, gen->max_T, c->channels);
     }
     cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));  // gen->tokens is no longer being written
