@@ -56,6 +56,7 @@ static void cublas_check(cublasStatus_t status, const char* file, int line) {
 #define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
 
 __host__ __device__ inline unsigned int ceil_div(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
+static const float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * LOG2E)
 
 static int g_num_sms;                 // multiprocessors of the device, for persistent-style grids
 static char g_device_name[256];
@@ -896,7 +897,6 @@ static const int FLASH_WARPS = 4;
 static const int FLASH_THREADS = 32 * FLASH_WARPS;
 static const int FLASH_ROWS = 16 * FLASH_WARPS;  // queries (forward, dQ) or keys (dK/dV) per CTA
 static const int FLASH_DQ_KEYS = 32;             // keys per tile of the dQ kernel
-static const float FLASH_LOG2E = 1.4426950408889634f;
 
 // Keys per tile of the forward kernel, queries per tile of the dK/dV kernel, and the CTAs per
 // multiprocessor the register allocation must allow: chosen on an H200 for hs = 64, smaller for
@@ -1192,7 +1192,7 @@ __device__ __forceinline__ float flash_exp(float x) {
 }
 
 template <bool SPLIT>
-__device__ __forceinline__ float exponent_scale(float scale) { return SPLIT ? scale : scale * FLASH_LOG2E; }
+__device__ __forceinline__ float exponent_scale(float scale) { return SPLIT ? scale : scale * LOG2E; }
 
 // ----------------------------------------------------------------------------------------------
 // Forward: out = P v per query block, online softmax (running max and sum per row) or ReLU.
@@ -1858,17 +1858,20 @@ __global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_write_kernel(floa
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
     int w = warp.meta_group_rank(), warps = warp.meta_group_size(), first_row = blockIdx.x * CLASSIFIER_ROWS;
     int begin = blockIdx.y * classifier_slice_size(Vp), end = min(Vp, begin + classifier_slice_size(Vp));
-    SoftmaxStats stats[K];
+    // softmax = exp2(x log2(e) - max_log2) * dloss / sum: one fma, one exp2 and one product per entry
+    float max_log2[K], scale[K];
     int target[K];
     for (int k = 0; k < K; k++) {
         int row = first_row + warp.thread_rank() + 32 * k;
         if (row >= R) { continue; }
-        stats[k] = slice_stats[row];
+        SoftmaxStats stats = slice_stats[row];
         for (unsigned int y = 1; y < gridDim.y; y++) {
-            stats[k] = softmax_stats_combine(stats[k], slice_stats[(size_t)y * R + row]);
+            stats = softmax_stats_combine(stats, slice_stats[(size_t)y * R + row]);
         }
+        max_log2[k] = stats.max * LOG2E;
+        scale[k] = dloss / stats.sum;
         target[k] = targets[row];
-        if (blockIdx.y == 0 && w == 0) { losses[row] = stats[k].max + logf(stats[k].sum) - target_logits[row]; }
+        if (blockIdx.y == 0 && w == 0) { losses[row] = stats.max + logf(stats.sum) - target_logits[row]; }
     }
     // UNROLL entries of the K rows loaded before any is written (stores could alias later loads)
     const int UNROLL = 4;
@@ -1882,7 +1885,7 @@ __global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_write_kernel(floa
             for (int k = 0; k < K; k++) {
                 int row = first_row + warp.thread_rank() + 32 * k;
                 if (v >= end || row >= R) { continue; }
-                float d = (expf(x[u][k] - stats[k].max) / stats[k].sum - (v == target[k] ? 1.0f : 0.0f)) * dloss;
+                float d = exp2f(fmaf(x[u][k], LOG2E, -max_log2[k])) * scale[k] - (v == target[k] ? dloss : 0.0f);
                 logits_t[(size_t)v * R + row] = v < V ? d : 0.0f;
             }
         }
