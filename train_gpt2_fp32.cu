@@ -171,6 +171,29 @@ __device__ bool arrive_last_in_group(unsigned int* counter, unsigned int group_s
     return is_last;
 }
 
+// dst[c] += the sum over the rows of partials (rows, cols) of column c, in a fixed order: a block of
+// 32 x 8 threads takes 32 columns, stripe y of it rows y, y + 8, ..., then the stripes in order.
+__global__ void column_sums_kernel(float* dst, const float* partials, int rows, int cols) {
+    __shared__ float stripe_sums[8][32];
+    int col = blockIdx.x * 32 + threadIdx.x;
+    float sum = 0.0f;
+    if (col < cols) {
+        for (int r = threadIdx.y; r < rows; r += 8) { sum += partials[(size_t)r * cols + col]; }
+    }
+    stripe_sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+        float total = stripe_sums[0][threadIdx.x];
+        for (int y = 1; y < 8; y++) { total += stripe_sums[y][threadIdx.x]; }
+        dst[col] += total;
+    }
+}
+
+static void column_sums(float* dst, const float* partials, int rows, int cols) {
+    column_sums_kernel<<<ceil_div(cols, 32), dim3(32, 8)>>>(dst, partials, rows, cols);
+    cudaCheck(cudaGetLastError());
+}
+
 // ----------------------------------------------------------------------------------------------
 // Encoder: out = wte[token] + wpe[position]
 
@@ -858,7 +881,8 @@ static void layernorm_transposed(float* out_t, const float* inp, const float* me
 // fp32 accumulate), forward and backward, never materialising a (B, NH, T, T) tensor.
 //
 // Layouts (row-major float32):
-//   qkv, dqkv   (B, T, 3C): token (b, t) holds q, then k, then v; head h at columns h*hs .. h*hs + hs-1
+//   qkv         (B, T, 3C): token (b, t) holds q, then k, then v; head h at columns h*hs .. h*hs + hs-1
+//   dqkv_t      (3C, B*T): the gradient of qkv transposed, for the weight gradient's product
 //   out, dout   (B, T, C): head h at columns h*hs
 //   lse, delta  (B, NH, T): softmax log-sum-exp of query t's scaled scores; sum_d dout * out
 //   shared tiles [rows][hs]: the 16-byte chunks of each row XOR-permuted within groups of 8
@@ -1167,6 +1191,46 @@ __device__ void store_transposed(float* dst, size_t row_stride, const float acc[
     }
 }
 
+// Backward outputs, transposed through shared memory: the CTA's rows of acc^T (each times its
+// row_scale; a warp's at warp_row + transposed_row) go to stage[d][row], then each dimension d's
+// rows become contiguous in dst_t (dst_t[d * tokens + cta_row0 + row], rows >= T skipped) and its
+// sum over the rows, in row order, goes to column_sums[d]. stage: HS x FLASH_STAGE_STRIDE floats,
+// free once the CTA is past its last tile.
+static const int FLASH_STAGE_STRIDE = FLASH_ROWS + 4;  // float4-aligned, and fewer bank conflicts
+
+template <int HS>
+__device__ void store_columns(float* dst_t, size_t tokens, const float acc[HS / 16][2][4], const float row_scale[4],
+                              int cta_row0, int warp_row, int T, float* column_sums, float* stage, int g, int q) {
+    cg::thread_block block = cg::this_thread_block();
+    block.sync();  // every warp is done with the tiles (or with a previous call's stage)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = warp_row + transposed_row(i, q), nt = i >> 1, r = i & 1;
+#pragma unroll
+        for (int mt = 0; mt < HS / 16; mt++) {
+            stage[(16 * mt + 2 * g) * FLASH_STAGE_STRIDE + row] = acc[mt][nt][r] * row_scale[i];
+            stage[(16 * mt + 2 * g + 1) * FLASH_STAGE_STRIDE + row] = acc[mt][nt][r + 2] * row_scale[i];
+        }
+    }
+    block.sync();
+    int rows = min(FLASH_ROWS, T - cta_row0);
+    for (int idx = threadIdx.x; idx < HS * FLASH_ROWS / 4; idx += blockDim.x) {
+        int d = idx / (FLASH_ROWS / 4), row = 4 * (idx % (FLASH_ROWS / 4));
+        const float* src = stage + d * FLASH_STAGE_STRIDE + row;
+        float* dst = dst_t + d * tokens + cta_row0 + row;
+        if (T % 4 == 0 && row + 4 <= rows) {  // dst is 16-byte aligned: tokens and cta_row0 are multiples of 4
+            *(float4*)dst = *(const float4*)src;
+        } else {
+            for (int j = 0; j < 4 && row + j < rows; j++) { dst[j] = src[j]; }
+        }
+    }
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int row = 0; row < rows; row++) { sum += stage[d * FLASH_STAGE_STRIDE + row]; }
+        column_sums[d] = sum;
+    }
+}
+
 // Causal mask on a warp's 16 x N scores: the rows are queries from row0 (or keys, KEY_ROWS), the
 // columns queries or keys from col0; pairs with key > query become `masked`.
 template <int N, bool KEY_ROWS>
@@ -1341,8 +1405,8 @@ __device__ void row_deltas(float delta_rows[2], float* delta_head, const float* 
 // computes delta for its rows (read by the dK/dV kernel, launched after).
 template <AttentionKind KIND, int HS, bool SPLIT>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
-    flash_backward_dq_kernel(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
-                             const float* lse, int T, int NH) {
+    flash_backward_dq_kernel(float* dqkv_t, float* bias_partials, float* delta, const float* dout, const float* qkv,
+                             const float* out, const float* lse, int T, int NH) {
     constexpr int KEYS = FLASH_DQ_KEYS, TILE = KEYS * HS;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of {K tile, V tile}, then (!HOLD) the Q and dO tiles
@@ -1409,7 +1473,10 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
         accumulate_transposed<HS, KEYS, SPLIT>(dq, dp, k_tile, off);
     }
     float row_scale[4] = {scale, scale, scale, scale};
-    store_transposed<HS>(dqkv + b * T * row_stride + h * HS, row_stride, dq, row_scale, warp_query0, T, g, q);
+    size_t tokens = gridDim.x / NH * (size_t)T;
+    float* partials = bias_partials + (b * gridDim.y + query0 / FLASH_ROWS) * row_stride + h * HS;
+    store_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, dq, row_scale, query0, warp_row, T, partials, smem, g,
+                      q);
 }
 
 // One stage of the dK/dV kernel: queries [query0, query0 + QUERIES) as Q and dO tiles plus per-query
@@ -1435,8 +1502,8 @@ __device__ void load_query_stage(float* stage, const float* q_head, const float*
 // dK, dV: one CTA per 64 keys of a head, looping over query tiles from the diagonal to T.
 template <AttentionKind KIND, int HS, bool SPLIT>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT))
-    flash_backward_dkdv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
-                               int T, int NH) {
+    flash_backward_dkdv_kernel(float* dqkv_t, float* bias_partials, const float* dout, const float* qkv,
+                               const float* lse, const float* delta, int T, int NH) {
     constexpr int QUERIES = flash_dkdv_queries(HS, SPLIT), TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of load_query_stage, then (!HOLD) the K and V tiles
@@ -1503,9 +1570,11 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT
         accumulate_transposed<HS, QUERIES, SPLIT>(dk, dp, q_tile, off);
     }
     float dk_scale[4] = {scale, scale, scale, scale}, dv_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    float* dk_head = dqkv + b * T * row_stride + C + h * HS;
-    store_transposed<HS>(dk_head, row_stride, dk, dk_scale, warp_key0, T, g, q);
-    store_transposed<HS>(dk_head + C, row_stride, dv, dv_scale, warp_key0, T, g, q);
+    size_t tokens = gridDim.x / NH * (size_t)T;
+    float* dk_t = dqkv_t + (C + h * HS) * tokens + b * T;
+    float* partials = bias_partials + (b * gridDim.y + blockIdx.y) * row_stride + C + h * HS;
+    store_columns<HS>(dk_t, tokens, dk, dk_scale, key0, warp_row, T, partials, smem, g, q);
+    store_columns<HS>(dk_t + C * tokens, tokens, dv, dv_scale, key0, warp_row, T, partials + C, smem, g, q);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1555,7 +1624,7 @@ struct FlashForward {
 };
 
 struct FlashBackward {
-    float* dqkv;
+    float *dqkv_t, *bias_partials;
     float* delta;
     const float *dout, *qkv, *out, *lse;
     int B, T, NH;
@@ -1569,11 +1638,11 @@ struct FlashBackward {
         flash_set_shared(flash_backward_dq_kernel<KIND, HS, SPLIT>, dq_shared, &configured_dq);
         flash_set_shared(flash_backward_dkdv_kernel<KIND, HS, SPLIT>, dkdv_shared, &configured_dkdv);
         dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
-        flash_backward_dq_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, dq_shared>>>(dqkv, delta, dout, qkv, out,
-                                                                                      lse, T, NH);
+        flash_backward_dq_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, dq_shared>>>(dqkv_t, bias_partials, delta,
+                                                                                      dout, qkv, out, lse, T, NH);
         cudaCheck(cudaGetLastError());
-        flash_backward_dkdv_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, dkdv_shared>>>(dqkv, dout, qkv, lse,
-                                                                                          delta, T, NH);
+        flash_backward_dkdv_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, dkdv_shared>>>(dqkv_t, bias_partials,
+                                                                                          dout, qkv, lse, delta, T, NH);
         cudaCheck(cudaGetLastError());
     }
 };
@@ -1585,13 +1654,16 @@ static void flash_attention_forward(float* out, float* lse, const float* qkv, in
     flash_dispatch(launch, hs, kind, fp32_accurate, "flash_attention_forward");
 }
 
-// dqkv (B, T, 3C), overwritten, from dout (B, T, C) and the forward's qkv, out and lse; delta
-// (B, NH, T) is scratch (softmax).
-static void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
-                                     const float* lse, int B, int T, int NH, int hs, AttentionKind kind,
-                                     bool fp32_accurate) {
-    FlashBackward launch = {dqkv, delta, dout, qkv, out, lse, B, T, NH};
+// dqkv_t (3C, B*T), the gradient of qkv transposed (overwritten), and dbias (3C) += its sum over the
+// B*T tokens, from dout (B, T, C) and the forward's qkv, out and lse. Scratch: delta (B, NH, T)
+// (softmax) and partials, the sums' shares of each block of FLASH_ROWS tokens of a sequence:
+// B * ceil(T / FLASH_ROWS) rows of 3C floats, at most 3 B*T*C.
+static void flash_attention_backward(float* dqkv_t, float* dbias, float* partials, float* delta, const float* dout,
+                                     const float* qkv, const float* out, const float* lse, int B, int T, int NH,
+                                     int hs, AttentionKind kind, bool fp32_accurate) {
+    FlashBackward launch = {dqkv_t, partials, delta, dout, qkv, out, lse, B, T, NH};
     flash_dispatch(launch, hs, kind, fp32_accurate, "flash_attention_backward");
+    column_sums(dbias, partials, B * ceil_div(T, FLASH_ROWS), 3 * NH * hs);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -2333,12 +2405,12 @@ typedef struct {
     float* classifier_scratch;  // (2 CLASSIFIER_MAX_SLICES + 1, R): fused_classifier's per-row statistics
     // scratch of the backward pass
     float* dresidual;  // (B, T, C): gradient of the residual stream
-    float* dbt4c;      // (B, T, 4C): the GELU output's gradient, dqkv
+    float* dbt4c;      // (B, T, 4C): the GELU output's gradient; scratch of the attention and the encoder
     float* delta;      // (B, NH, T): attention backward scratch
     // transposed (rows = channels, B*T columns) for the weight gradients (matmul_backward_weight)
     float* dresidual_t;  // (C, B*T): dresidual, the attproj and fcproj output gradient
     float* inp_t;        // (C, B*T): ln2 or ln1, the input of the fc or qkv layer (layernorm_transposed)
-    float* dqkv_t;       // (3C, B*T)
+    float* dqkv_t;       // (3C, B*T) (flash_attention_backward)
     float* dfch_t;       // (4C, B*T)
     float* gelu_t;       // (4C, B*T): the GELU's output
 } ActivationTensors;
@@ -2414,7 +2486,7 @@ typedef struct {
     float *reduce_partials, *side_partials;
     unsigned int *reduce_counters, *side_counters;
     // hand-offs between the streams in the backward pass (gpt2_backward)
-    cudaEvent_t main_ready, dresidual_read, dqkv_read, mlp_grads_done, grads_done;
+    cudaEvent_t main_ready, dresidual_read, dqkv_t_read, mlp_grads_done, grads_done;
     StepStats* stats;         // device: the step's loss, norm and update decision
     StepStats* stats_copies;  // pinned host [2]: their reported part, for the two steps in flight
     float* stop_request;      // pinned host: 1 once this process was asked to stop (a signal)
@@ -2632,7 +2704,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->side_partials = (float*)device_malloc(bias_partials * sizeof(float), "reductions");
     model->side_counters = (unsigned int*)device_malloc(MAX_REDUCTION_COUNTERS * sizeof(unsigned int), "reductions");
     cudaCheck(cudaMemset(model->side_counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
-    for (cudaEvent_t* event : {&model->main_ready, &model->dresidual_read, &model->dqkv_read, &model->mlp_grads_done,
+    for (cudaEvent_t* event : {&model->main_ready, &model->dresidual_read, &model->dqkv_t_read, &model->mlp_grads_done,
                                &model->grads_done}) {
         cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
     }
@@ -2814,7 +2886,8 @@ static void gpt2_backward(GPT2* model) {
 
     // The weight and bias gradients go to the side stream as soon as their inputs are ready
     // (main_ready), with the transposes they read; the main stream waits for the side stream to
-    // have read a buffer (or to be done with one it reads) before it overwrites it.
+    // have read a buffer (or to be done with one it reads) before it overwrites it. The attention
+    // backward writes dqkv_t and the qkv bias gradient itself.
     cudaStream_t side = g_side_stream;
     float* side_partials = model->side_partials;
     unsigned int* side_counters = model->side_counters;
@@ -2831,13 +2904,11 @@ static void gpt2_backward(GPT2* model) {
     for (int l = L - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
         float* dgelu = a.dbt4c;  // the gradient of the GELU's output (bias_backward turns it into dfch_t)
-        float* dqkv = a.dbt4c;
         // MLP: dresidual holds d residual3, which flows unchanged into d residual2
         side_waits_for_main();
         bias_backward(g.fcprojb + l * C, a.dresidual_t, NULL, side_partials, side_counters, a.dresidual, NULL, BT, C,
                       side);
         side_marks(model->dresidual_read);
-        main_waits_for(model->dqkv_read);  // the layer above's dqkv (in dbt4c) is transposed
         matmul_backward_input(dgelu, a.dresidual, false, wt.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
         main_waits_for(model->mlp_grads_done);  // the layer above's dfch_t and gelu_t are read
         bias_backward(g.fcb + l * 4 * C, a.dfch_t, a.gelu_t, partials, counters, dgelu, a.fch + l * 4 * btc, BT, 4 * C);
@@ -2858,15 +2929,15 @@ static void gpt2_backward(GPT2* model) {
         side_marks(model->dresidual_read);
         matmul_backward_weight(g.attprojw + (size_t)l * C * C, a.dresidual_t, a.atty + l * btc, false, BT, C, C, side);
         matmul_backward_input(a.dbtc, a.dresidual, false, wt.attprojw + (size_t)l * C * C, BT, C, C);
-        flash_attention_backward(dqkv, a.delta, a.dbtc, a.qkv + l * 3 * btc, a.atty + l * btc,
-                                 a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, !g_use_tf32);
+        main_waits_for(model->dqkv_t_read);  // the layer above's qkv weight gradient is done
+        flash_attention_backward(a.dqkv_t, g.qkvb + l * 3 * C, a.dbt4c, a.delta, a.dbtc, a.qkv + l * 3 * btc,
+                                 a.atty + l * btc, a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, !g_use_tf32);
         side_waits_for_main();
-        bias_backward(g.qkvb + l * 3 * C, a.dqkv_t, NULL, side_partials, side_counters, dqkv, NULL, BT, 3 * C, side);
-        side_marks(model->dqkv_read);
         layernorm_transposed(a.inp_t, residual, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, p.ln1w + l * C,
                              p.ln1b + l * C, BT, C, side);
         matmul_backward_weight(g.qkvw + (size_t)l * 3 * C * C, a.dqkv_t, a.inp_t, true, BT, C, 3 * C, side);
-        matmul_backward_input(a.dbtc, dqkv, false, wt.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
+        side_marks(model->dqkv_t_read);
+        matmul_backward_input(a.dbtc, a.dqkv_t, true, wt.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
         main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
@@ -2997,7 +3068,7 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->reduce_counters));
     cudaCheck(cudaFree(model->side_partials));
     cudaCheck(cudaFree(model->side_counters));
-    for (cudaEvent_t event : {model->main_ready, model->dresidual_read, model->dqkv_read, model->mlp_grads_done,
+    for (cudaEvent_t event : {model->main_ready, model->dresidual_read, model->dqkv_t_read, model->mlp_grads_done,
                               model->grads_done}) {
         cudaCheck(cudaEventDestroy(event));
     }

@@ -7,6 +7,9 @@ Checks each variant against a CPU reference in double precision (GPT-2 124M shap
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
 see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
 launches), checks that 10 runs give bit-identical outputs, and prints one table at the end.
+The flash backward writes the gradient transposed, dqkv_t (3C, B*T), and adds its sum over the
+tokens to dbias (3C, the qkv bias gradient): the check transposes dqkv_t back (untimed) and compares
+dbias with the double column sums of that dqkv; the determinism check compares dqkv_t and dbias.
 
   make attention && ./attention        all variants
   ./attention 2 3                      only the listed variants
@@ -185,8 +188,12 @@ static void table_row(const char* what, Shape s, AttentionKind kind, int variant
 typedef struct {
     Shape shape;
     float *qkv, *dout, *out, *lse, *dqkv, *delta;
+    float *dqkv_t, *dbias, *partials;          // the flash variants' outputs and scratch
     float *qkvr, *heads, *att, *dqkvr, *datt;  // the materialised variant's scratch
 } Buffers;
+
+// The flash backward's scratch: a row of 3C column-sum shares per block of FLASH_ROWS tokens.
+static size_t flash_partials_floats(Shape s) { return (size_t)s.B * ceil_div(s.T, FLASH_ROWS) * 3 * s.NH * s.hs; }
 
 static Buffers buffers_create(Shape s, bool materialised) {
     size_t btc = (size_t)s.B * s.T * s.NH * s.hs, bht = (size_t)s.B * s.NH * s.T;
@@ -198,6 +205,9 @@ static Buffers buffers_create(Shape s, bool materialised) {
     d.lse = (float*)device_malloc(bht * sizeof(float), "lse");
     d.dqkv = (float*)device_malloc(3 * btc * sizeof(float), "dqkv");
     d.delta = (float*)device_malloc(bht * sizeof(float), "delta");
+    d.dqkv_t = (float*)device_malloc(3 * btc * sizeof(float), "dqkv_t");
+    d.dbias = (float*)device_malloc(3 * s.NH * s.hs * sizeof(float), "dbias");
+    d.partials = (float*)device_malloc(flash_partials_floats(s) * sizeof(float), "partials");
     if (materialised) {
         d.qkvr = (float*)device_malloc(3 * btc * sizeof(float), "qkvr");
         d.heads = (float*)device_malloc(btc * sizeof(float), "heads");
@@ -209,8 +219,8 @@ static Buffers buffers_create(Shape s, bool materialised) {
 }
 
 static void buffers_free(Buffers* d) {
-    for (float* p : {d->qkv, d->dout, d->out, d->lse, d->dqkv, d->delta, d->qkvr, d->heads, d->att, d->dqkvr,
-                     d->datt}) {
+    for (float* p : {d->qkv, d->dout, d->out, d->lse, d->dqkv, d->delta, d->dqkv_t, d->dbias, d->partials, d->qkvr,
+                     d->heads, d->att, d->dqkvr, d->datt}) {
         if (p != NULL) { cudaCheck(cudaFree(p)); }
     }
 }
@@ -230,12 +240,13 @@ static void run_backward(Buffers* d, AttentionKind kind, int variant) {
         attention_backward(d->dqkv, d->dqkvr, d->datt, d->heads, d->qkvr, d->dout, d->qkv, d->att, s.B, s.T,
                            s.NH * s.hs, s.NH, kind);
     } else {
-        flash_attention_backward(d->dqkv, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH, s.hs, kind,
-                                 variant == 3);
+        flash_attention_backward(d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B,
+                                 s.T, s.NH, s.hs, kind, variant == 3);
     }
 }
 
-// Outputs set to NaN (all bits set) so that anything left unwritten shows.
+// Outputs and the flash scratch set to NaN (all bits set) so that anything left unwritten shows;
+// dbias, which the flash backward adds to, set to 0.
 static void poison_outputs(Buffers* d) {
     Shape s = d->shape;
     size_t btc = (size_t)s.B * s.T * s.NH * s.hs, bht = (size_t)s.B * s.NH * s.T;
@@ -243,6 +254,9 @@ static void poison_outputs(Buffers* d) {
     cudaCheck(cudaMemset(d->lse, 0xff, bht * sizeof(float)));
     cudaCheck(cudaMemset(d->dqkv, 0xff, 3 * btc * sizeof(float)));
     cudaCheck(cudaMemset(d->delta, 0xff, bht * sizeof(float)));
+    cudaCheck(cudaMemset(d->dqkv_t, 0xff, 3 * btc * sizeof(float)));
+    cudaCheck(cudaMemset(d->partials, 0xff, flash_partials_floats(s) * sizeof(float)));
+    cudaCheck(cudaMemset(d->dbias, 0, 3 * s.NH * s.hs * sizeof(float)));
 }
 
 static std::vector<float> download(const float* device, size_t n) {
@@ -384,6 +398,27 @@ static ErrorScale head_error(const std::vector<float>& got, const std::vector<fl
 
 static double relative(ErrorScale e, double max_ref) { return e.max_err / std::max(max_ref, 1e-30); }
 
+// The flash variants' dbias against the column sums in double of their own dqkv (B*T rows of 3C):
+// max |dbias - sum| / max |sum|, NaN if a dbias value is not finite. dbias sums the same float
+// values in another order (per block of FLASH_ROWS tokens, then the blocks), so only float
+// rounding separates the two, whatever the precision of dqkv: a float sum of n terms errs by
+// ~sqrt(n) * 6e-8 of their scale, 5e-6 for the B*T = 8192 tokens of the largest check.
+static const double DBIAS_TOLERANCE = 1e-5;
+
+static double dbias_error(const std::vector<float>& dbias, const std::vector<float>& dqkv) {
+    size_t width = dbias.size(), tokens = dqkv.size() / width;
+    std::vector<double> sums(width, 0.0);
+    for (size_t token = 0; token < tokens; token++) {
+        for (size_t j = 0; j < width; j++) { sums[j] += dqkv[token * width + j]; }
+    }
+    ErrorScale e = {0.0, 0.0};
+    for (size_t j = 0; j < width; j++) {
+        e.max_err = isfinite(dbias[j]) ? std::max(e.max_err, fabs(dbias[j] - sums[j])) : NAN;
+        e.max_ref = std::max(e.max_ref, fabs(sums[j]));
+    }
+    return relative(e, e.max_ref);
+}
+
 static size_t count_non_finite(const std::vector<float>& v) {
     size_t n = 0;
     for (float x : v) { n += !isfinite(x); }
@@ -398,11 +433,13 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
     poison_outputs(d);
     run_forward(d, kind, variant);
     run_backward(d, kind, variant);
+    bool flash = variant != 1;
+    if (flash) { transpose_matrices(d->dqkv, d->dqkv_t, 3 * C, s.B * s.T, 1); }  // dqkv_t back to (B*T, 3C)
     cudaCheck(cudaDeviceSynchronize());
     std::vector<float> out = download(d->out, btc), dqkv = download(d->dqkv, 3 * btc);
     ErrorScale out_e = head_error(out, ref.out, s, heads, C, 0, s.hs);
     double out_err = relative(out_e, out_e.max_ref), lse_err = 0.0;
-    if (variant != 1 && kind == ATTENTION_SOFTMAX) {
+    if (flash && kind == ATTENTION_SOFTMAX) {
         std::vector<float> lse = download(d->lse, (size_t)s.B * s.NH * s.T);
         Shape rows = {s.B * s.NH, 1, 1, s.T};  // lse as rows of T, one per (b, h)
         std::vector<std::pair<int, int>> lse_heads;
@@ -416,18 +453,25 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
     ErrorScale dv_e = head_error(dqkv, ref.dqkv, s, heads, 3 * C, 2 * C, s.hs);
     double dqkv_ref = std::max({dq_e.max_ref, dk_e.max_ref, dv_e.max_ref});
     double dq_err = relative(dq_e, dqkv_ref), dk_err = relative(dk_e, dqkv_ref), dv_err = relative(dv_e, dqkv_ref);
+    double dbias_err = flash ? dbias_error(download(d->dbias, 3 * C), dqkv) : 0.0;
     size_t non_finite = count_non_finite(out) + count_non_finite(dqkv);
     Tolerance tol = variant == 3 ? FP32_TOLERANCE : TF32_TOLERANCE;
     double forward_err = std::max(out_err, lse_err), backward_err = std::max({dq_err, dk_err, dv_err});
-    bool ok = forward_err <= tol.forward && backward_err <= tol.backward && non_finite == 0;
-    printf("check %-22s %-7s %-20s out %.2e lse %.2e dq %.2e dk %.2e dv %.2e non-finite %zu (%zu heads) %s\n",
+    bool ok = forward_err <= tol.forward && backward_err <= tol.backward && dbias_err <= DBIAS_TOLERANCE &&
+              non_finite == 0;
+    char dbias_text[32] = "", dbias_tol[32] = "";
+    if (flash) {
+        snprintf(dbias_text, sizeof(dbias_text), " dbias %.1e", dbias_err);
+        snprintf(dbias_tol, sizeof(dbias_tol), ", dbias %.0e", DBIAS_TOLERANCE);
+    }
+    printf("check %-22s %-7s %-20s out %.2e lse %.2e dq %.2e dk %.2e dv %.2e%s non-finite %zu (%zu heads) %s\n",
            shape_name(s).c_str(), attention_name(kind), VARIANT_NAMES[variant], out_err, lse_err, dq_err, dk_err,
-           dv_err, non_finite, heads.size(), ok ? "ok" : "FAIL");
+           dv_err, dbias_text, non_finite, heads.size(), ok ? "ok" : "FAIL");
     fflush(stdout);
     char forward[64], backward[64], note[128];
     snprintf(forward, sizeof(forward), "err %.2e", forward_err);
-    snprintf(backward, sizeof(backward), "err %.2e", backward_err);
-    snprintf(note, sizeof(note), "tol %.0e / %.0e %s", tol.forward, tol.backward, ok ? "ok" : "FAIL");
+    snprintf(backward, sizeof(backward), "err %.2e%s", backward_err, dbias_text);
+    snprintf(note, sizeof(note), "tol %.0e / %.0e%s %s", tol.forward, tol.backward, dbias_tol, ok ? "ok" : "FAIL");
     table_row("check", s, kind, variant, forward, backward, note);
     return ok;
 }
@@ -510,27 +554,31 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
 static bool check_determinism(Buffers* d, AttentionKind kind, int variant) {
     Shape s = d->shape;
     size_t btc = (size_t)s.B * s.T * s.NH * s.hs, bht = (size_t)s.B * s.NH * s.T;
-    std::vector<float> first_out, first_lse, first_dqkv;
+    bool flash = variant != 1;
+    std::vector<float> first_out, first_lse, first_grad, first_dbias;
     int identical = 0;
     const int RUNS = 10;
     for (int run = 0; run < RUNS; run++) {
         poison_outputs(d);
         run_forward(d, kind, variant);
         run_backward(d, kind, variant);
-        std::vector<float> out = download(d->out, btc), lse = download(d->lse, bht), dqkv = download(d->dqkv, 3 * btc);
-        if (variant == 1 || kind == ATTENTION_RELU) { lse.clear(); }
+        std::vector<float> out = download(d->out, btc), lse = download(d->lse, bht);
+        std::vector<float> grad = download(flash ? d->dqkv_t : d->dqkv, 3 * btc);
+        std::vector<float> dbias = download(d->dbias, 3 * (size_t)s.NH * s.hs);  // stays 0 in variant 1
+        if (!flash || kind == ATTENTION_RELU) { lse.clear(); }
         if (run == 0) {
-            first_out = out, first_lse = lse, first_dqkv = dqkv;
+            first_out = out, first_lse = lse, first_grad = grad, first_dbias = dbias;
             continue;
         }
         identical += memcmp(out.data(), first_out.data(), btc * sizeof(float)) == 0 &&
                      memcmp(lse.data(), first_lse.data(), lse.size() * sizeof(float)) == 0 &&
-                     memcmp(dqkv.data(), first_dqkv.data(), 3 * btc * sizeof(float)) == 0;
+                     memcmp(grad.data(), first_grad.data(), 3 * btc * sizeof(float)) == 0 &&
+                     memcmp(dbias.data(), first_dbias.data(), dbias.size() * sizeof(float)) == 0;
     }
     bool ok = identical == RUNS - 1;
     char note[128];
-    snprintf(note, sizeof(note), "%d of %d runs bit-identical to the first (out, lse, dqkv) %s", identical + 1, RUNS,
-             ok ? "ok" : "FAIL");
+    snprintf(note, sizeof(note), "%d of %d runs bit-identical to the first (out, lse, %s) %s", identical + 1, RUNS,
+             flash ? "dqkv_t, dbias" : "dqkv", ok ? "ok" : "FAIL");
     printf("determinism %-22s %-7s %-20s %s\n", shape_name(s).c_str(), attention_name(kind), VARIANT_NAMES[variant],
            note);
     table_row("determinism", s, kind, variant, "", "", note);
