@@ -3,6 +3,9 @@
 # same GPU, data and steps: GPT-2 from scratch (124M = d12 by default; d24 medium, d48 XL), T=1024,
 # one optimizer step per B x T batch. Prints ms/step, tok/s, MFU (dense TF32 peak), peak memory and
 # our time / PyTorch's, then our time per phase and the top kernels of one d12 step (ncu, when present).
+# While our steps run, nvidia-smi samples the GPU every 50 ms: the share of time a kernel was running
+# (busy: 100% means no idle GPU between kernels), the SM clock and the power, averaged over the
+# samples from step 3 to the end (the clock drops when a long run reaches the power limit).
 #   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [--no-torch] [--kernels]
 # e.g. the larger models' rows: scripts/bench.sh -e "d24" -b 16 -k softmax; scripts/bench.sh -e d48 -b 8 -k softmax
 set -euo pipefail
@@ -25,6 +28,35 @@ data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 logs=$(mktemp -d)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 
+# Runs our trainer (its output to $1.log) with nvidia-smi sampling the GPU into $1.smi; $1.marks
+# gets the times (of day) at which the log showed step 3 and the final average.
+run_sampled() {
+  local base=$1; shift
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 \
+    > "$base.smi" 2> /dev/null &
+  local smi=$! start="" end="" status=0
+  "$@" > "$base.log" 2>&1 &
+  local trainer=$!
+  while kill -0 "$trainer" 2> /dev/null; do
+    [ -z "$start" ] && grep -q '^step     3/' "$base.log" && start=$(date +%T.%N)
+    [ -z "$end" ] && grep -q '^average step' "$base.log" && end=$(date +%T.%N)
+    sleep 0.02
+  done
+  wait "$trainer" || status=$?
+  kill "$smi" 2> /dev/null; wait "$smi" 2> /dev/null || true
+  echo "${start:-00:00:00} ${end:-23:59:59}" > "$base.marks"
+  return $status
+}
+
+# "busy% MHz W": the means of the samples between the marks (- when none).
+gpu_stats() {
+  awk -v marks="$(cat "$1.marks")" -F', ' '
+    function seconds(t,  p) { split(t, p, ":"); return p[1] * 3600 + p[2] * 60 + p[3] }
+    BEGIN { split(marks, m, " "); from = seconds(m[1]); to = seconds(m[2]) }
+    { split($1, stamp, " "); t = seconds(stamp[2]); if (t >= from && t <= to) { busy += $2; mhz += $3; watts += $4; n++ } }
+    END { if (n) printf "%.1f %.0f %.0f", busy / n, mhz / n, watts / n; else printf "- - -" }' "$1.smi"
+}
+
 # Our MFU as the trainer reports it, averaged over the steps after the first (which includes setup).
 trainer_mfu() { grep '^step' "$1" | awk -F'|' 'NR > 1 { sub(/.*MFU /, "", $7); sum += $7; n++ } END { printf "%.1f", n ? sum / n : 0 }'; }
 
@@ -33,8 +65,9 @@ for model in $models; do
   for kind in $kinds; do
     for B in $batches; do
       run=${model}_${kind}_$B
-      ./train_gpt2_fp32 -e "$model" -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 -i "$data" > "$logs/ours_$run.log" 2>&1 \
+      run_sampled "$logs/ours_$run" ./train_gpt2_fp32 -e "$model" -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 -i "$data" \
         || { echo "error: our trainer failed at $model B=$B $kind:"; tail -n 3 "$logs/ours_$run.log"; exit 1; }
+      read -r busy mhz watts <<< "$(gpu_stats "$logs/ours_$run")"
       ours_ms=$(grep '^average step' "$logs/ours_$run.log" | awk '{print $3}')
       ours_gb=$(grep '^GPU memory allocated' "$logs/ours_$run.log" | awk '{print $4}')
       ours_mfu=$(trainer_mfu "$logs/ours_$run.log")
@@ -48,21 +81,24 @@ for model in $models; do
         torch_ms=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*ms_per_step=\([0-9.]*\).*/\1/')
         torch_gb=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*peak_mem_gb=\([0-9.]*\).*/\1/')
       fi
-      rows+=("$model $kind $B $ours_ms $ours_mfu $ours_gb $torch_ms $torch_gb")
-      echo "$model $kind B=$B: ours $ours_ms ms ($phases), $ours_gb GB; PyTorch $torch_ms ms, $torch_gb GB"
+      rows+=("$model $kind $B $ours_ms $ours_mfu $ours_gb $torch_ms $torch_gb $busy $mhz $watts")
+      echo "$model $kind B=$B: ours $ours_ms ms ($phases), $ours_gb GB, GPU busy $busy% at $mhz MHz, $watts W;" \
+        "PyTorch $torch_ms ms, $torch_gb GB"
     done
   done
 done
 
 echo
 echo "GPT-2 from scratch, T=1024, $steps steps, $gpu; MFU as the trainer reports it (against the GPU's dense TF32 peak)"
-printf "%-5s %-8s %3s | %9s %9s %6s %8s | %9s %9s %8s | %7s %7s\n" model attn B "ours ms" "tok/s" MFU "mem GB" "torch ms" "tok/s" "mem GB" "time x" "mem x"
+printf "%-5s %-8s %3s | %9s %9s %6s %8s %6s %5s | %9s %9s %8s | %7s %7s\n" model attn B "ours ms" "tok/s" MFU "mem GB" \
+  "busy%" MHz "torch ms" "tok/s" "mem GB" "time x" "mem x"
 for row in "${rows[@]}"; do
   set -- $row
-  awk -v model="$1" -v kind="$2" -v B="$3" -v ms="$4" -v mfu="$5" -v gb="$6" -v tms="$7" -v tgb="$8" 'BEGIN {
+  awk -v model="$1" -v kind="$2" -v B="$3" -v ms="$4" -v mfu="$5" -v gb="$6" -v tms="$7" -v tgb="$8" -v busy="$9" \
+      -v mhz="${10}" 'BEGIN {
     tok = B * 1024
-    if (tms == "-") { printf "%-5s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f | %9s %9s %8s | %7s %7s\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, "-", "-", "-", "-", "-" }
-    else { printf "%-5s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f | %9.2f %9.0f %8.2f | %7.3f %7.3f\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, tms, tok / tms * 1000, tgb, ms / tms, gb / tgb }
+    if (tms == "-") { printf "%-5s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f %6s %5s | %9s %9s %8s | %7s %7s\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, busy, mhz, "-", "-", "-", "-", "-" }
+    else { printf "%-5s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f %6s %5s | %9.2f %9.0f %8.2f | %7.3f %7.3f\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, busy, mhz, tms, tok / tms * 1000, tgb, ms / tms, gb / tgb }
   }'
 done
 
