@@ -127,6 +127,50 @@ static void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, Args...
     cudaCheck(cudaLaunchKernelEx(&config, kernel, (Params)args...));
 }
 
+// CUDA graphs: a sequence of launches on this thread's default stream (and on streams that join
+// it) is captured once and then replayed with one launch, so that no gap opens between kernels
+// while the host issues the next. GraphCache::run runs a sequence eagerly the first time its key
+// is seen (one-time host work, such as the matrix products' plans and kernel attributes, happens
+// outside any capture), captures it the second time and replays it from then on. The key holds
+// everything the launches depend on besides buffers that stay put.
+typedef std::array<int64_t, 6> GraphKey;
+
+template <typename Launches>
+static cudaGraphExec_t graph_capture(const Launches& launches) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
+    launches();
+    cudaCheck(cudaStreamEndCapture(cudaStreamPerThread, &graph));
+    // the kernels keep their stream's priority (the side stream's weight gradients yield to the main chain)
+    cudaCheck(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
+    cudaCheck(cudaGraphDestroy(graph));
+    return exec;
+}
+
+struct GraphCache {
+    std::map<GraphKey, cudaGraphExec_t> graphs;  // NULL: seen once, run eagerly
+
+    template <typename Launches>
+    void run(const GraphKey& key, const Launches& launches) {
+        auto found = graphs.find(key);
+        if (found == graphs.end()) {
+            launches();
+            graphs[key] = NULL;
+            return;
+        }
+        if (found->second == NULL) { found->second = graph_capture(launches); }
+        cudaCheck(cudaGraphLaunch(found->second, cudaStreamPerThread));
+    }
+
+    void clear() {
+        for (auto& entry : graphs) {
+            if (entry.second != NULL) { cudaCheck(cudaGraphExecDestroy(entry.second)); }
+        }
+        graphs.clear();
+    }
+};
+
 __device__ inline float4 operator+(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 __device__ inline float4 operator-(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
 __device__ inline float4 operator*(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
@@ -272,40 +316,46 @@ static void token_buckets_build(TokenBuckets* tb, const int* tokens, int n, int 
     for (int i = 0; i < n; i++) { tb->positions[tb->counts[tokens[i]]++] = i; }
 }
 
-// dwte[token] += sum of dout over the positions holding that token (TokenBuckets): one block per
-// bucket sums its positions in increasing order. A token's only bucket adds its sum directly; the
-// buckets of a group write theirs to partials (one row per bucket), and the group's last block to
-// finish adds them in bucket order.
+// dwte[token] += sum of dout over the positions holding that token (TokenBuckets): a block takes
+// buckets blockIdx.x, + gridDim.x, ... up to the device's *num_buckets (a grid that does not depend
+// on the batch, as a CUDA graph needs), summing each one's positions in increasing order. A
+// token's only bucket adds its sum directly; the buckets of a group write theirs to partials (one
+// row per bucket), and the group's last block to finish adds them in bucket order.
 __global__ void wte_backward_kernel(float4* dwte, float4* partials, unsigned int* counters, const float4* dout,
-                                    const int* bucket_tokens, const int* bucket_starts, const int* bucket_positions,
-                                    const int* bucket_groups, const int* group_bounds, int C4) {
-    int bucket = blockIdx.x, group = bucket_groups[bucket];
-    size_t token = bucket_tokens[bucket];
-    int begin = bucket_starts[bucket], end = bucket_starts[bucket + 1];
-    for (int c4 = threadIdx.x; c4 < C4; c4 += blockDim.x) {
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int i = begin; i < end; i++) { sum = sum + dout[(size_t)bucket_positions[i] * C4 + c4]; }
-        if (group < 0) { dwte[token * C4 + c4] = dwte[token * C4 + c4] + sum; }
-        else { partials[(size_t)bucket * C4 + c4] = sum; }
-    }
-    if (group < 0) { return; }
-    int first = group_bounds[2 * group], last = group_bounds[2 * group + 1];
-    if (!arrive_last_in_group(&counters[group], last - first)) { return; }
-    for (int c4 = threadIdx.x; c4 < C4; c4 += blockDim.x) {
-        float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int b = first; b < last; b++) { total = total + __ldcg(&partials[(size_t)b * C4 + c4]); }
-        dwte[token * C4 + c4] = dwte[token * C4 + c4] + total;
+                                    const int* num_buckets, const int* bucket_tokens, const int* bucket_starts,
+                                    const int* bucket_positions, const int* bucket_groups, const int* group_bounds,
+                                    int C4) {
+    for (int bucket = blockIdx.x; bucket < *num_buckets; bucket += gridDim.x) {
+        int group = bucket_groups[bucket];
+        size_t token = bucket_tokens[bucket];
+        int begin = bucket_starts[bucket], end = bucket_starts[bucket + 1];
+        for (int c4 = threadIdx.x; c4 < C4; c4 += blockDim.x) {
+            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int i = begin; i < end; i++) { sum = sum + dout[(size_t)bucket_positions[i] * C4 + c4]; }
+            if (group < 0) { dwte[token * C4 + c4] = dwte[token * C4 + c4] + sum; }
+            else { partials[(size_t)bucket * C4 + c4] = sum; }
+        }
+        if (group < 0) { continue; }
+        int first = group_bounds[2 * group], last = group_bounds[2 * group + 1];
+        if (!arrive_last_in_group(&counters[group], last - first)) { continue; }
+        for (int c4 = threadIdx.x; c4 < C4; c4 += blockDim.x) {
+            float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int b = first; b < last; b++) { total = total + __ldcg(&partials[(size_t)b * C4 + c4]); }
+            dwte[token * C4 + c4] = dwte[token * C4 + c4] + total;
+        }
     }
 }
 
 // dwte and dwpe += the encoder's gradients from dout (B, T, C), the positions in buckets as
-// TokenBuckets (uploaded: tokens, starts, positions, groups, group_bounds) lays them out; partials
-// (num_buckets x C floats) and counters (num_groups, zero) are scratch.
+// TokenBuckets (uploaded: num_buckets, tokens, starts, positions, groups, group_bounds) lays them
+// out; partials (num_buckets x C floats, at most B*T x C) and counters (num_groups, zero) are scratch.
 static void encoder_backward(float* dwte, float* dwpe, float* partials, unsigned int* counters, const float* dout,
-                             const int* bucket_tokens, const int* bucket_starts, const int* bucket_positions,
-                             const int* bucket_groups, const int* group_bounds, int num_buckets, int B, int T, int C) {
-    wte_backward_kernel<<<num_buckets, std::min(1024u, ceil_div(C / 4, 32) * 32)>>>(
-        (float4*)dwte, (float4*)partials, counters, (const float4*)dout, bucket_tokens, bucket_starts,
+                             const int* num_buckets, const int* bucket_tokens, const int* bucket_starts,
+                             const int* bucket_positions, const int* bucket_groups, const int* group_bounds, int B,
+                             int T, int C) {
+    unsigned int grid = std::min((unsigned int)B * T, 16u * g_num_sms);  // B*T positions: at most B*T buckets
+    wte_backward_kernel<<<grid, std::min(1024u, ceil_div(C / 4, 32) * 32)>>>(
+        (float4*)dwte, (float4*)partials, counters, (const float4*)dout, num_buckets, bucket_tokens, bucket_starts,
         bucket_positions, bucket_groups, group_bounds, C / 4);
     cudaCheck(cudaGetLastError());
     wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)dwpe, (const float4*)dout, B, T, C / 4);
@@ -2476,9 +2526,9 @@ typedef struct {
     // the batch on the device, and its positions grouped by token for the wte gradient, uploaded
     // through pinned staging (reused once upload_done has passed)
     int *inputs, *targets;
-    int *bucket_tokens, *bucket_starts, *bucket_positions, *bucket_groups, *group_bounds;
+    int *num_buckets, *bucket_tokens, *bucket_starts, *bucket_positions, *bucket_groups, *group_bounds;
     unsigned int* group_counters;  // encoder_backward's, one per group
-    int* staging;  // pinned host: inputs, targets, bucket tokens, starts, positions, groups, group starts
+    int* staging;  // pinned host: inputs, targets, bucket tokens, starts, positions, groups, group bounds, count
     cudaEvent_t upload_done;
     TokenBuckets buckets;
     bool grads_pending;  // the last forward computed the classifier's gradients for gpt2_backward
@@ -2491,6 +2541,7 @@ typedef struct {
     StepStats* stats_copies;  // pinned host [2]: their reported part, for the two steps in flight
     float* stop_request;      // pinned host: 1 once this process was asked to stop (a signal)
     cudaEvent_t stats_copied[2];
+    GraphCache graphs;  // the forward and backward passes as CUDA graphs (gpt2_forward, gpt2_backward)
 } GPT2;
 
 static void validate_config(const GPT2Config* c, const char* source) {
@@ -2686,6 +2737,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     size_t BT = (size_t)B * T;
     model->inputs = (int*)device_malloc(BT * sizeof(int), "inputs");
     model->targets = (int*)device_malloc(BT * sizeof(int), "targets");
+    model->num_buckets = (int*)device_malloc(sizeof(int), "token buckets");
     model->bucket_tokens = (int*)device_malloc(BT * sizeof(int), "token buckets");
     model->bucket_starts = (int*)device_malloc((BT + 1) * sizeof(int), "token buckets");
     model->bucket_positions = (int*)device_malloc(BT * sizeof(int), "token buckets");
@@ -2708,7 +2760,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
                                &model->grads_done}) {
         cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
     }
-    cudaCheck(cudaMallocHost(&model->staging, (6 * BT + 2 * max_groups + 1) * sizeof(int)));
+    cudaCheck(cudaMallocHost(&model->staging, (6 * BT + 2 * max_groups + 2) * sizeof(int)));
     cudaCheck(cudaEventCreateWithFlags(&model->upload_done, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(model->upload_done));
 }
@@ -2817,6 +2869,8 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
         upload(model, model->bucket_positions, tb->positions.data(), BT, 4 * BT + 1);
         upload(model, model->bucket_groups, tb->groups.data(), tb->num_buckets, 5 * BT + 1);
         upload(model, model->group_bounds, tb->group_bounds.data(), 2 * tb->num_groups, 6 * BT + 1);
+        size_t max_groups = BT / WTE_BUCKET_POSITIONS;
+        upload(model, model->num_buckets, &tb->num_buckets, 1, 6 * BT + 1 + 2 * max_groups);
     }
     cudaCheck(cudaEventRecord(model->upload_done));
 }
@@ -2833,8 +2887,13 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     model->B = B;
     model->T = T;
     model->grads_pending = with_grads;
-    gpt2_forward_layers(model, B, T);
-    classifier_forward(model, targets != NULL, with_grads, loss_weight);
+    uint32_t weight_bits;
+    memcpy(&weight_bits, &loss_weight, sizeof(weight_bits));
+    GraphKey key = {0, B, T, targets != NULL, weight_bits, with_grads ? (int64_t)model->grads.wte : 0};
+    model->graphs.run(key, [&] {
+        gpt2_forward_layers(model, B, T);
+        classifier_forward(model, targets != NULL, with_grads, loss_weight);
+    });
 }
 
 static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(&model->stats->loss, 0, sizeof(float))); }
@@ -2869,11 +2928,8 @@ static void gpt2_end_micro_step(GPT2* model) {
     if (model->micro > 0) { add_inplace(model->grads_memory, model->micro_grads_memory, model->num_parameters, 0); }
 }
 
-// Backward pass of the last forward (which must have computed the classifier's gradients, and
-// so dlnf in acts.dbtc); gradients accumulate (+=) into model->grads.
-static void gpt2_backward(GPT2* model) {
-    if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
-    model->grads_pending = false;
+// The backward pass's launches (gpt2_backward).
+static void gpt2_backward_launches(GPT2* model) {
     const GPT2Config* c = &model->config;
     int B = model->B, T = model->T;
     int L = c->num_layers, NH = c->num_heads, C = c->channels;
@@ -2886,8 +2942,9 @@ static void gpt2_backward(GPT2* model) {
 
     // The weight and bias gradients go to the side stream as soon as their inputs are ready
     // (main_ready), with the transposes they read; the main stream waits for the side stream to
-    // have read a buffer (or to be done with one it reads) before it overwrites it. The attention
-    // backward writes dqkv_t and the qkv bias gradient itself.
+    // have read a buffer (or to be done with one it reads) before it overwrites it; the top layer
+    // waits for nothing (the previous pass ended joined, and a captured pass may wait only for
+    // events recorded in it). The attention backward writes dqkv_t and the qkv bias gradient itself.
     cudaStream_t side = g_side_stream;
     float* side_partials = model->side_partials;
     unsigned int* side_counters = model->side_counters;
@@ -2910,7 +2967,7 @@ static void gpt2_backward(GPT2* model) {
                       side);
         side_marks(model->dresidual_read);
         matmul_backward_input(dgelu, a.dresidual, false, wt.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
-        main_waits_for(model->mlp_grads_done);  // the layer above's dfch_t and gelu_t are read
+        if (l < L - 1) { main_waits_for(model->mlp_grads_done); }  // the layer above read dfch_t and gelu_t
         bias_backward(g.fcb + l * 4 * C, a.dfch_t, a.gelu_t, partials, counters, dgelu, a.fch + l * 4 * btc, BT, 4 * C);
         side_waits_for_main();
         matmul_backward_weight(g.fcprojw + (size_t)l * 4 * C * C, a.dresidual_t, a.gelu_t, true, BT, 4 * C, C, side);
@@ -2929,7 +2986,7 @@ static void gpt2_backward(GPT2* model) {
         side_marks(model->dresidual_read);
         matmul_backward_weight(g.attprojw + (size_t)l * C * C, a.dresidual_t, a.atty + l * btc, false, BT, C, C, side);
         matmul_backward_input(a.dbtc, a.dresidual, false, wt.attprojw + (size_t)l * C * C, BT, C, C);
-        main_waits_for(model->dqkv_t_read);  // the layer above's qkv weight gradient is done
+        if (l < L - 1) { main_waits_for(model->dqkv_t_read); }  // the layer above read dqkv_t
         flash_attention_backward(a.dqkv_t, g.qkvb + l * 3 * C, a.dbt4c, a.delta, a.dbtc, a.qkv + l * 3 * btc,
                                  a.atty + l * btc, a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, !g_use_tf32);
         side_waits_for_main();
@@ -2944,10 +3001,18 @@ static void gpt2_backward(GPT2* model) {
     }
     side_marks(model->grads_done);
     main_waits_for(model->grads_done);  // every weight gradient is in before the optimizer or the next forward
-    TokenBuckets* tb = &model->buckets;
-    encoder_backward(g.wte, g.wpe, a.dbt4c, model->group_counters, a.dresidual, model->bucket_tokens,
-                     model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
-                     tb->num_buckets, B, T, C);  // dbt4c (4 B*T*C floats) holds the partials
+    encoder_backward(g.wte, g.wpe, a.dbt4c, model->group_counters, a.dresidual, model->num_buckets,
+                     model->bucket_tokens, model->bucket_starts, model->bucket_positions, model->bucket_groups,
+                     model->group_bounds, B, T, C);  // dbt4c (4 B*T*C floats) holds the partials
+}
+
+// Backward pass of the last forward (which must have computed the classifier's gradients, and
+// so dlnf in acts.dbtc); gradients accumulate (+=) into model->grads.
+static void gpt2_backward(GPT2* model) {
+    if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
+    model->grads_pending = false;
+    GraphKey key = {1, model->B, model->T, (int64_t)model->grads.wte, 0, 0};
+    model->graphs.run(key, [&] { gpt2_backward_launches(model); });
 }
 
 // The main stream waits for g_comm.stream; with marks (two timing events), records the wait.
@@ -3054,14 +3119,15 @@ static const StepStats* gpt2_read_stats(GPT2* model) {
 }
 
 static void gpt2_free(GPT2* model) {
+    model->graphs.clear();
     float* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                         model->micro_grads_memory, model->received, model->norm_partials, model->loss_shares,
                         model->acts_memory, model->reduce_partials};
     for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
     cudaCheck(cudaFree(model->stats));
     cudaCheck(cudaEventDestroy(model->comm_joined));
-    int* int_buffers[] = {model->inputs,         model->targets,       model->bucket_tokens, model->bucket_starts,
-                          model->bucket_positions, model->bucket_groups, model->group_bounds,
+    int* int_buffers[] = {model->inputs,           model->targets,       model->num_buckets,  model->bucket_tokens,
+                          model->bucket_starts,    model->bucket_positions, model->bucket_groups, model->group_bounds,
                           (int*)model->group_counters};
     for (int* buffer : int_buffers) { cudaCheck(cudaFree(buffer)); }
     cudaCheck(cudaFree(model->weights_t_memory));
@@ -3099,8 +3165,7 @@ typedef struct {
     SamplingParams* sampling;  // device
     int* tokens;               // pinned, mapped (M, max_T): each completion's tokens; the sampler writes its picks
     int* tokens_device;        // the device's address of tokens
-    bool warm;                 // a step ran eagerly, outside any capture (it made the matrix products' plans)
-    cudaGraphExec_t step;      // one gpt2_decode_step, captured after the first (eager) one
+    GraphCache step;           // gpt2_decode_step as a CUDA graph
     cudaEvent_t step_done[GENERATE_LOOKAHEAD];
 } Generator;
 
@@ -3132,7 +3197,7 @@ static void generator_init(Generator* gen, const GPT2* model, int M, int max_T) 
 static void generator_free(Generator* gen) {
     device_free(gen->kv, gen->device_bytes);
     cudaCheck(cudaFreeHost(gen->tokens));
-    if (gen->step != NULL) { cudaCheck(cudaGraphExecDestroy(gen->step)); }
+    gen->step.clear();
     for (cudaEvent_t event : gen->step_done) { cudaCheck(cudaEventDestroy(event)); }
 }
 
@@ -3184,23 +3249,9 @@ static void gpt2_decode_step(GPT2* model, Generator* gen) {
     cudaCheck(cudaGetLastError());
 }
 
-// Queues a step: the first runs eagerly (it also makes the matrix products' plans), then it is
-// captured, and every later step replays the graph.
+// Queues a step (the same launches every time: the position and the tokens are on the device).
 static void generator_queue_step(GPT2* model, Generator* gen) {
-    if (!gen->warm) {
-        gpt2_decode_step(model, gen);
-        gen->warm = true;
-        return;
-    }
-    if (gen->step == NULL) {
-        cudaGraph_t graph;
-        cudaCheck(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
-        gpt2_decode_step(model, gen);
-        cudaCheck(cudaStreamEndCapture(cudaStreamPerThread, &graph));
-        cudaCheck(cudaGraphInstantiate(&gen->step, graph, 0));
-        cudaCheck(cudaGraphDestroy(graph));
-    }
-    cudaCheck(cudaGraphLaunch(gen->step, cudaStreamPerThread));
+    gen->step.run(GraphKey{}, [&] { gpt2_decode_step(model, gen); });
 }
 
 // Queues the prompt (n >= 1 ids < V) for all M completions: its first n - 1 tokens through the

@@ -70,6 +70,7 @@ typedef struct {
     float *dwte, *dwpe, *dwte0, *dwpe0, *dout;
     float* partials;  // variants 2, 4: one row per bucket
     int *tokens, *bucket_tokens, *bucket_starts, *bucket_positions, *bucket_groups, *group_bounds;
+    int* device_num_buckets;  // num_buckets on the device, as the trainer's kernel reads it
     unsigned int* group_counters;
     int num_buckets;
     int B, T, C;
@@ -81,8 +82,8 @@ static void launch_variant(int variant, const Buffers& d) {
         atomic_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(d.dwte, d.dwpe, d.dout, d.tokens, B, T, C);
         cudaCheck(cudaGetLastError());
     } else if (variant == 2 || variant == 4) {
-        encoder_backward(d.dwte, d.dwpe, d.partials, d.group_counters, d.dout, d.bucket_tokens, d.bucket_starts,
-                         d.bucket_positions, d.bucket_groups, d.group_bounds, d.num_buckets, B, T, C);
+        encoder_backward(d.dwte, d.dwpe, d.partials, d.group_counters, d.dout, d.device_num_buckets, d.bucket_tokens,
+                         d.bucket_starts, d.bucket_positions, d.bucket_groups, d.group_bounds, B, T, C);
     } else {
         rows_in_flight_kernel<<<d.num_buckets, 256>>>((float4*)d.dwte, (const float4*)d.dout, d.bucket_tokens,
                                                       d.bucket_starts, d.bucket_positions, C / 4);
@@ -110,6 +111,7 @@ static void fill(Buffers* d, bool skewed, int bucket_positions, TokenBuckets* tb
     token_buckets_build(tb, tokens.data(), (int)bt, LAB_V, bucket_positions);
     *bucket_ms = (wall_seconds() - start) * 1e3;
     d->num_buckets = tb->num_buckets;
+    cudaCheck(cudaMemcpy(d->device_num_buckets, &tb->num_buckets, sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d->bucket_tokens, tb->tokens.data(), tb->num_buckets * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d->bucket_starts, tb->starts.data(), (tb->num_buckets + 1) * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d->bucket_positions, tb->positions.data(), bt * sizeof(int), cudaMemcpyHostToDevice));
@@ -142,6 +144,7 @@ int main(int argc, char** argv) {
     d.dout = gpu_floats(bt * d.C);
     d.tokens = gpu_ints(bt), d.bucket_tokens = gpu_ints(bt), d.bucket_starts = gpu_ints(bt + 1);
     d.bucket_positions = gpu_ints(bt), d.bucket_groups = gpu_ints(bt), d.group_bounds = gpu_ints(bt + 1);
+    d.device_num_buckets = gpu_ints(1);
     d.partials = gpu_floats(bt * d.C);
     d.group_counters = (unsigned int*)gpu_ints(bt);
     cudaCheck(cudaMemset(d.group_counters, 0, bt * sizeof(unsigned int)));
