@@ -872,8 +872,9 @@ static void bias_backward(float* dbias, float* dout_t, float* gelu_t, float* par
 // cuBLASLt's TF32 tensor-core kernels are fastest when the operands have the summed dimension
 // contiguous: 10-30% slower with one operand read across it, about twice as slow with both. So
 // dinp reads weight_t (C, OC), the weight transposed (transpose_matrices), and dout (N, OC) or
-// dout_t (OC, N), whichever the caller has; dweight reads dout_t (OC, N) (bias_backward) and
-// inp (N, C) or inp_t (C, N) (transpose_matrices), the faster for the layer's shape.
+// dout_t (OC, N), whichever the caller has; dweight reads dout_t (OC, N) (bias_backward; for qkv,
+// flash_attention_backward) and inp (N, C) or inp_t (C, N) (transpose_matrices), the faster for
+// the layer's shape.
 static void matmul_backward_input(float* dinp, const float* dout, bool dout_transposed, const float* weight_t, int N,
                                   int C, int OC) {
     matmul(dinp, weight_t, dout, NULL, C, N, OC, true, dout_transposed, 1.0f, 0.0f);

@@ -279,17 +279,6 @@ static void decode_layers(const std::vector<LayerParams>& layers, const ChainBuf
     }
 }
 
-static cudaGraphExec_t capture(const Launch& launch) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    cudaCheck(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
-    launch();
-    cudaCheck(cudaStreamEndCapture(cudaStreamPerThread, &graph));
-    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
-    cudaCheck(cudaGraphDestroy(graph));
-    return exec;
-}
-
 // Median ms of a replay, each between its own pair of events; all queued before the first ends,
 // so that the GPU never waits for the host (the warm-ups absorb the first launches' gap).
 static double replay_ms(cudaGraphExec_t graph) {
@@ -341,7 +330,7 @@ static void run_chain() {
         g_pdl = pdl;
         reset();
         decode_layers(layers, a);  // eager first: the kernels load outside the capture
-        cudaGraphExec_t graph = capture([&] { decode_layers(layers, a); });
+        cudaGraphExec_t graph = graph_capture([&] { decode_layers(layers, a); });  // the trainer's
         Launch replay = [&] { cudaCheck(cudaGraphLaunch(graph, cudaStreamPerThread)); };
         Determinism det = deterministic(replay, reset, {{a.all, (size_t)9 * C}});
         double ms = replay_ms(graph);
