@@ -6,9 +6,10 @@ Kernel lab: the encoder backward, from dout (B*T = 8192 tokens, C = 768):
              (not deterministic)
   variant 2  the trainer's encoder_backward (wte_backward_kernel + wpe_backward_kernel): the
              positions grouped by token on the host (token_buckets_build), a frequent token's in
-             buckets of WTE_BUCKET_POSITIONS; a block per bucket summing its positions in order, a
-             token's bucket sums added in order by its last block; a thread per (t, 4 channels)
-             summing b in order
+             buckets of WTE_BUCKET_POSITIONS; blocks striding over the buckets (a grid independent of
+             the batch, for CUDA graphs), each summing a bucket's positions in order, a token's
+             bucket sums added in order by its last block; a thread per (t, 4 channels) summing b
+             in order
   variant 3  one bucket per token, the wte kernel loading 8 rows before adding them (in order):
              more loads in flight for a frequent token's long bucket
   variant 4  the trainer's kernels on one bucket per token (the trainer before it split buckets):
