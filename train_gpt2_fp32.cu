@@ -277,6 +277,9 @@ __global__ void wpe_backward_kernel(float4* dwpe, const float4* dout, int B, int
 // form a group; groups are numbered in token order.
 static const int WTE_BUCKET_POSITIONS = 8;
 
+// At most this many groups over n positions: a group's token has more positions than a bucket.
+static size_t max_bucket_groups(size_t n) { return n / WTE_BUCKET_POSITIONS; }
+
 typedef struct {
     int num_buckets, num_groups;
     std::vector<int> tokens;     // [num_buckets] token id of each bucket
@@ -2743,7 +2746,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->bucket_starts = (int*)device_malloc((BT + 1) * sizeof(int), "token buckets");
     model->bucket_positions = (int*)device_malloc(BT * sizeof(int), "token buckets");
     model->bucket_groups = (int*)device_malloc(BT * sizeof(int), "token buckets");
-    size_t max_groups = BT / WTE_BUCKET_POSITIONS;  // a group's token has more positions than a bucket
+    size_t max_groups = max_bucket_groups(BT);
     model->group_bounds = (int*)device_malloc(std::max(2 * max_groups, (size_t)1) * sizeof(int), "token buckets");
     model->group_counters = (unsigned int*)device_malloc(std::max(max_groups, (size_t)1) * sizeof(unsigned int),
                                                          "token buckets");
@@ -2870,8 +2873,7 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
         upload(model, model->bucket_positions, tb->positions.data(), BT, 4 * BT + 1);
         upload(model, model->bucket_groups, tb->groups.data(), tb->num_buckets, 5 * BT + 1);
         upload(model, model->group_bounds, tb->group_bounds.data(), 2 * tb->num_groups, 6 * BT + 1);
-        size_t max_groups = BT / WTE_BUCKET_POSITIONS;
-        upload(model, model->num_buckets, &tb->num_buckets, 1, 6 * BT + 1 + 2 * max_groups);
+        upload(model, model->num_buckets, &tb->num_buckets, 1, 6 * BT + 1 + 2 * max_bucket_groups(BT));
     }
     cudaCheck(cudaEventRecord(model->upload_done));
 }
