@@ -98,7 +98,6 @@ static void device_free(void* ptr, size_t bytes) {
 // waits until the earlier kernel has finished and its writes are visible, then lets the next
 // dependent kernel start (so at most one kernel runs ahead). Elsewhere both are plain launches.
 static bool g_pdl;  // the device has it (compute capability 9.0 or newer)
-
 __device__ inline void pdl_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -2414,15 +2413,14 @@ static void point_parameters(ParameterTensors* tensors, float* memory, const siz
     }
 }
 
-// The matrix weights transposed, for the input-gradient products (matmul_backward_input); rebuilt
-// from the parameters whenever they change (gpt2_transpose_weights).
+// One layer's matrix weights transposed, for the input-gradient products (matmul_backward_input):
+// the backward pass transposes each layer's into one of two slots while the layer above runs.
 typedef struct {
-    float* wte;       // (C, Vp)
-    float* qkvw;      // (L, C, 3C)
-    float* attprojw;  // (L, C, C)
-    float* fcw;       // (L, C, 4C)
-    float* fcprojw;   // (L, 4C, C)
-} TransposedWeights;
+    float* qkvw;      // (C, 3C)
+    float* attprojw;  // (C, C)
+    float* fcw;       // (C, 4C)
+    float* fcprojw;   // (4C, C)
+} LayerWeightsT;
 
 // The classifier works on this many rows of logits at a time (1.6 GB at Vp = 50304); the lab
 // measured the LM head 7% slower in chunks of 4096 rows, 33% in chunks of 2048.
@@ -2519,7 +2517,8 @@ typedef struct {
     float* norm_partials;  // gradient norm: one sum of squares per chunk, world * chunks_per_rank
     float* loss_shares;    // the ranks' (loss, stop request) of a step, 2 * world
     cudaEvent_t comm_joined;  // hand-offs between the main stream and g_comm.stream
-    TransposedWeights weights_t;
+    float* wte_t;                   // (C, Vp), for dlnf; rebuilt whenever the parameters change (gpt2_transpose_wte)
+    LayerWeightsT layer_weights_t[2];  // layer l's in slot l % 2 during the backward pass
     float* weights_t_memory;
     // activations, sized for batches of at most max_B x max_T tokens
     int max_B, max_T;
@@ -2540,7 +2539,7 @@ typedef struct {
     float *reduce_partials, *side_partials;
     unsigned int *reduce_counters, *side_counters;
     // hand-offs between the streams in the backward pass (gpt2_backward)
-    cudaEvent_t main_ready, dresidual_read, dqkv_t_read, mlp_grads_done, grads_done;
+    cudaEvent_t main_ready, dresidual_read, dqkv_t_read, mlp_grads_done, weights_t_ready, grads_done;
     StepStats* stats;         // device: the step's loss, norm and update decision
     StepStats* stats_copies;  // pinned host [2]: their reported part, for the two steps in flight
     float* stop_request;      // pinned host: 1 once this process was asked to stop (a signal)
@@ -2625,26 +2624,32 @@ static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     gpt2_allocate_step_stats(model);
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
-    size_t Vp = config->padded_vocab_size, C = config->channels, L = config->num_layers;
-    model->weights_t_memory = (float*)device_malloc((Vp * C + L * 12 * C * C) * sizeof(float), "transposed weights");
-    TransposedWeights* t = &model->weights_t;
-    t->wte = model->weights_t_memory;
-    t->qkvw = t->wte + Vp * C;
-    t->attprojw = t->qkvw + L * 3 * C * C;
-    t->fcw = t->attprojw + L * C * C;
-    t->fcprojw = t->fcw + L * 4 * C * C;
+    size_t Vp = config->padded_vocab_size, C = config->channels;
+    model->weights_t_memory = (float*)device_malloc((Vp * C + 2 * 12 * C * C) * sizeof(float), "transposed weights");
+    model->wte_t = model->weights_t_memory;
+    float* slot = model->wte_t + Vp * C;
+    for (LayerWeightsT& t : model->layer_weights_t) {
+        t.qkvw = slot;
+        t.attprojw = t.qkvw + 3 * C * C;
+        t.fcw = t.attprojw + C * C;
+        t.fcprojw = t.fcw + 4 * C * C;
+        slot = t.fcprojw + 4 * C * C;
+    }
 }
 
-static void gpt2_transpose_weights(GPT2* model) {
-    const GPT2Config* c = &model->config;
-    int Vp = c->padded_vocab_size, C = c->channels, L = c->num_layers;
+static void gpt2_transpose_wte(GPT2* model) {
+    transpose_matrices(model->wte_t, model->params.wte, model->config.padded_vocab_size, model->config.channels, 1);
+}
+
+// Layer l's matrix weights into its slot of layer_weights_t.
+static void gpt2_transpose_layer_weights(GPT2* model, int l, cudaStream_t stream) {
+    size_t C = model->config.channels;
     const ParameterTensors* p = &model->params;
-    TransposedWeights* t = &model->weights_t;
-    transpose_matrices(t->wte, p->wte, Vp, C, 1);
-    transpose_matrices(t->qkvw, p->qkvw, 3 * C, C, L);
-    transpose_matrices(t->attprojw, p->attprojw, C, C, L);
-    transpose_matrices(t->fcw, p->fcw, 4 * C, C, L);
-    transpose_matrices(t->fcprojw, p->fcprojw, C, 4 * C, L);
+    const LayerWeightsT* t = &model->layer_weights_t[l % 2];
+    transpose_matrices(t->qkvw, p->qkvw + l * 3 * C * C, 3 * C, C, 1, stream);
+    transpose_matrices(t->attprojw, p->attprojw + l * C * C, C, C, 1, stream);
+    transpose_matrices(t->fcw, p->fcw + l * 4 * C * C, 4 * C, C, 1, stream);
+    transpose_matrices(t->fcprojw, p->fcprojw + l * 4 * C * C, C, 4 * C, 1, stream);
 }
 
 // Models on disk, read into the flat parameters on the host: the classic fp32 model file
@@ -2680,7 +2685,7 @@ static GPT2Config read_model(const char* path, std::vector<float>* params) {
 static void gpt2_build_from_parameters(GPT2* model, const GPT2Config* config, const std::vector<float>& host) {
     gpt2_allocate_parameters(model, config);
     cudaCheck(cudaMemcpy(model->params_memory, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-    gpt2_transpose_weights(model);
+    gpt2_transpose_wte(model);
 }
 
 static void gpt2_build_from_file(GPT2* model, const char* path) {
@@ -2725,7 +2730,7 @@ static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint6
         if (stds[i] != 0.0f || means[i] != 0.0f) { init_normal(tensor, n, means[i], stds[i], seed, tensor - model->params_memory); }
         tensor += model->param_sizes[i];
     }
-    gpt2_transpose_weights(model);
+    gpt2_transpose_wte(model);
 }
 
 // Activations and batch buffers for batches of at most B x T.
@@ -2761,7 +2766,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->side_counters = (unsigned int*)device_malloc(MAX_REDUCTION_COUNTERS * sizeof(unsigned int), "reductions");
     cudaCheck(cudaMemset(model->side_counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
     for (cudaEvent_t* event : {&model->main_ready, &model->dresidual_read, &model->dqkv_t_read, &model->mlp_grads_done,
-                               &model->grads_done}) {
+                               &model->weights_t_ready, &model->grads_done}) {
         cudaCheck(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
     }
     cudaCheck(cudaMallocHost(&model->staging, (6 * BT + 2 * max_groups + 2) * sizeof(int)));
@@ -2807,7 +2812,7 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
     for (size_t first = 0; first < BT; first += CLASSIFIER_CHUNK_ROWS) {
         int rows = (int)std::min(CLASSIFIER_CHUNK_ROWS, BT - first);
         lm_head_chunk(a.logits, a.losses + first, a.classifier_scratch, a.dbtc + first * C, with_grads ? model->grads.wte : NULL, a.lnf_t,
-                      a.lnf + first * C, model->params.wte, model->weights_t.wte,
+                      a.lnf + first * C, model->params.wte, model->wte_t,
                       with_targets ? model->targets + first : NULL, loss_weight / BT, rows, C, c->vocab_size,
                       c->padded_vocab_size);
     }
@@ -2938,7 +2943,6 @@ static void gpt2_backward_launches(GPT2* model) {
     int L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params, g = model->grads;
-    TransposedWeights wt = model->weights_t;
     ActivationTensors a = model->acts;
     float* partials = model->reduce_partials;
     unsigned int* counters = model->reduce_counters;
@@ -2948,6 +2952,8 @@ static void gpt2_backward_launches(GPT2* model) {
     // have read a buffer (or to be done with one it reads) before it overwrites it; the top layer
     // waits for nothing (the previous pass ended joined, and a captured pass may wait only for
     // events recorded in it). The attention backward writes dqkv_t and the qkv bias gradient itself.
+    // Layer l's transposed weights (slot l % 2) are made on the side stream once layer l + 2 is
+    // done with the slot: the top layer's at the start, each other's as the layer above begins.
     cudaStream_t side = g_side_stream;
     float* side_partials = model->side_partials;
     unsigned int* side_counters = model->side_counters;
@@ -2958,18 +2964,27 @@ static void gpt2_backward_launches(GPT2* model) {
     auto side_marks = [&](cudaEvent_t event) { cudaCheck(cudaEventRecord(event, side)); };
     auto main_waits_for = [&](cudaEvent_t event) { cudaCheck(cudaStreamWaitEvent(0, event, 0)); };
 
+    side_waits_for_main();
+    gpt2_transpose_layer_weights(model, L - 1, side);
+    side_marks(model->weights_t_ready);
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, btc * sizeof(float)));
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, partials, a.dbtc, a.residual3 + (L - 1) * btc, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C);
     for (int l = L - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
         float* dgelu = a.dbt4c;  // the gradient of the GELU's output (bias_backward turns it into dfch_t)
+        const LayerWeightsT* wt = &model->layer_weights_t[l % 2];
+        main_waits_for(model->weights_t_ready);
         // MLP: dresidual holds d residual3, which flows unchanged into d residual2
         side_waits_for_main();
+        if (l > 0) {
+            gpt2_transpose_layer_weights(model, l - 1, side);
+            side_marks(model->weights_t_ready);
+        }
         bias_backward(g.fcprojb + l * C, a.dresidual_t, NULL, side_partials, side_counters, a.dresidual, NULL, BT, C,
                       side);
         side_marks(model->dresidual_read);
-        matmul_backward_input(dgelu, a.dresidual, false, wt.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C);
+        matmul_backward_input(dgelu, a.dresidual, false, wt->fcprojw, BT, 4 * C, C);
         if (l < L - 1) { main_waits_for(model->mlp_grads_done); }  // the layer above read dfch_t and gelu_t
         bias_backward(g.fcb + l * 4 * C, a.dfch_t, a.gelu_t, partials, counters, dgelu, a.fch + l * 4 * btc, BT, 4 * C);
         side_waits_for_main();
@@ -2978,7 +2993,7 @@ static void gpt2_backward_launches(GPT2* model) {
                              p.ln2w + l * C, p.ln2b + l * C, BT, C, side);
         matmul_backward_weight(g.fcw + (size_t)l * 4 * C * C, a.dfch_t, a.inp_t, true, BT, C, 4 * C, side);
         side_marks(model->mlp_grads_done);
-        matmul_backward_input(a.dbtc, a.dfch_t, true, wt.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
+        matmul_backward_input(a.dbtc, a.dfch_t, true, wt->fcw, BT, C, 4 * C);
         main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, partials, a.dbtc,
                            a.residual2 + l * btc, p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
@@ -2988,7 +3003,7 @@ static void gpt2_backward_launches(GPT2* model) {
                       side);
         side_marks(model->dresidual_read);
         matmul_backward_weight(g.attprojw + (size_t)l * C * C, a.dresidual_t, a.atty + l * btc, false, BT, C, C, side);
-        matmul_backward_input(a.dbtc, a.dresidual, false, wt.attprojw + (size_t)l * C * C, BT, C, C);
+        matmul_backward_input(a.dbtc, a.dresidual, false, wt->attprojw, BT, C, C);
         if (l < L - 1) { main_waits_for(model->dqkv_t_read); }  // the layer above read dqkv_t
         flash_attention_backward(a.dqkv_t, g.qkvb + l * 3 * C, a.dbt4c, a.delta, a.dbtc, a.qkv + l * 3 * btc,
                                  a.atty + l * btc, a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, !g_use_tf32);
@@ -2997,7 +3012,7 @@ static void gpt2_backward_launches(GPT2* model) {
                              p.ln1b + l * C, BT, C, side);
         matmul_backward_weight(g.qkvw + (size_t)l * 3 * C * C, a.dqkv_t, a.inp_t, true, BT, C, 3 * C, side);
         side_marks(model->dqkv_t_read);
-        matmul_backward_input(a.dbtc, a.dqkv_t, true, wt.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
+        matmul_backward_input(a.dbtc, a.dqkv_t, true, wt->qkvw, BT, C, 3 * C);
         main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
@@ -3091,7 +3106,7 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
         comm_all_gather(comm, model->params_memory, shard->chunks_per_rank * ZERO_CHUNK);
         gpt2_wait_for_comm(model, marks(2));
     }
-    gpt2_transpose_weights(model);
+    gpt2_transpose_wte(model);
 }
 
 // FNV-1a over the bits of every parameter: equal checksums mean bit-identical weights.
@@ -3138,6 +3153,7 @@ static void gpt2_free(GPT2* model) {
     cudaCheck(cudaFree(model->side_partials));
     cudaCheck(cudaFree(model->side_counters));
     for (cudaEvent_t event : {model->main_ready, model->dresidual_read, model->dqkv_t_read, model->mlp_grads_done,
+                              model->weights_t_ready,
                               model->grads_done}) {
         cudaCheck(cudaEventDestroy(event));
     }
