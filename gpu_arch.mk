@@ -1,9 +1,12 @@
 # GPU architecture for nvcc, shared by the top Makefile and dev/cuda/Makefile: the local GPU's
-# compute capability if nvidia-smi finds one, otherwise a fat binary for sm_80 and sm_90.
+# compute capability if nvidia-smi finds one, otherwise a fat binary for sm_80 and sm_90a.
+# Hopper (9.0) builds for sm_90a, the target with the warpgroup MMA (wgmma) instructions.
 # Override with `make GPU_ARCH=90`.
 GPU_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '.')
 ifeq ($(strip $(GPU_ARCH)),)
-  GENCODE := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+  GENCODE := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
+else ifeq ($(strip $(GPU_ARCH)),90)
+  GENCODE := -gencode arch=compute_90a,code=sm_90a
 else
   GENCODE := -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
 endif

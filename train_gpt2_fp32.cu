@@ -98,6 +98,27 @@ static void device_free(void* ptr, size_t bytes) {
 // waits until the earlier kernel has finished and its writes are visible, then lets the next
 // dependent kernel start (so at most one kernel runs ahead). Elsewhere both are plain launches.
 static bool g_pdl;  // the device has it (compute capability 9.0 or newer)
+// The GPU runs this build's sm_90a code: Hopper's warpgroup MMA (wgmma) for the flash forward.
+static bool g_wgmma;
+
+__global__ void sm90a_probe_kernel(int* built) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *built = 1;
+#else
+    *built = 0;
+#endif
+}
+
+static bool runs_sm90a_code() {
+    int* built = (int*)device_malloc(sizeof(int), "sm_90a probe");
+    sm90a_probe_kernel<<<1, 1>>>(built);
+    cudaCheck(cudaGetLastError());
+    int value = 0;
+    cudaCheck(cudaMemcpy(&value, built, sizeof(int), cudaMemcpyDeviceToHost));
+    device_free(built, sizeof(int));
+    return value == 1;
+}
+
 __device__ inline void pdl_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -931,7 +952,8 @@ static void layernorm_transposed(float* out_t, const float* inp, const float* me
 // ----------------------------------------------------------------------------------------------
 // Attention
 // Flash attention: causal softmax or ReLU attention fused on the tensor cores (TF32 mma.sync m16n8k8,
-// fp32 accumulate), forward and backward, never materialising a (B, NH, T, T) tensor.
+// fp32 accumulate; in TF32 mode on Hopper the forward uses the warpgroup MMA, wgmma, see "Forward on
+// Hopper"), forward and backward, never materialising a (B, NH, T, T) tensor.
 //
 // Layouts (row-major float32):
 //   qkv         (B, T, 3C): token (b, t) holds q, then k, then v; head h at columns h*hs .. h*hs + hs-1
@@ -1415,6 +1437,252 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
 }
 
 // ----------------------------------------------------------------------------------------------
+// Forward on Hopper (TF32 mode, built for sm_90a): the warpgroup MMA, wgmma, in place of mma.sync.
+// A CTA of WG_GROUPS warpgroups owns WG_CTA_QUERIES queries, 64 per warpgroup, and loops over key
+// tiles of 64 up to the diagonal, double-buffered. Per tile and warpgroup two wgmma chains:
+//   S (64 x 64)  = Q (64 x hs, shared) K^T: K's tile [keys][hs] is the K-major B operand as it is;
+//   O (64 x hs) += P (64 x 64, registers) V: TF32 needs B K-major, so V is stored transposed,
+//                  [hs][keys], by the threads (loaded into registers one tile ahead).
+// Shared tiles are panels of 32 columns, [rows][32] floats (128-byte rows), with the 16-byte chunks
+// of row r XOR-permuted by r % 8: wgmma's 128-byte swizzle (descriptor: 1024 bytes between 8-row
+// groups). The accumulator fragment is mma.sync's C layout per warp (rows 16w + g, g + 8; columns
+// 8n + 2q, +1), A from registers its A layout (columns q, q + 4 of each k-step of 8); S's C layout
+// serves as P's A layout when the keys of each group of 8 are taken in the order 0 2 4 6 1 3 5 7,
+// the order in which V^T's columns are stored (value_position). The kernel body exists only in
+// the sm_90a build (g_wgmma says whether the GPU runs it).
+
+static const int WG_QUERIES = 64;  // per warpgroup: wgmma's M
+static const int WG_GROUPS = 2;
+static const int WG_THREADS = 128 * WG_GROUPS;
+static const int WG_CTA_QUERIES = WG_QUERIES * WG_GROUPS;
+static const int WG_KEYS = 64;  // keys per tile: S's N, O's K
+
+// Float offset of (row, col) in a panelled tile of `rows` rows.
+__device__ __forceinline__ int panel_offset(int row, int col, int rows) {
+    return (col >> 5) * rows * 32 + row * 32 + ((((col >> 2) & 7) ^ (row & 7)) << 2) + (col & 3);
+}
+
+// k-step ks (8 columns) of a panelled tile of `rows` rows.
+__device__ __forceinline__ const float* panel_step(const float* tile, int ks, int rows) {
+    return tile + (ks >> 2) * rows * 32 + 8 * (ks & 3);
+}
+
+// Shared-memory matrix descriptor: 128-byte swizzle, 1024 bytes between 8-row core groups.
+__device__ __forceinline__ uint64_t wgmma_descriptor(const float* tile) {
+    uint64_t address = (uint32_t)__cvta_generic_to_shared(tile);
+    return ((address & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Keeps the compiler from moving accesses to accumulators across the asynchronous MMAs.
+template <int N>
+__device__ __forceinline__ void pin_registers(float* r) {
+#pragma unroll
+    for (int i = 0; i < N; i++) { asm volatile("" : "+f"(r[i])::"memory"); }
+}
+
+#define WG_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_A4(a) "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])), \
+                 "r"(__float_as_uint(a[3]))
+
+// d (64 x 64) = [d +] A (64 x 8, shared) * B (64 x 8, shared)^T
+__device__ __forceinline__ void wgmma_64x64_shared(float d[32], uint64_t a, uint64_t b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, "
+        "%33, p, 1, 1;\n}\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24)
+        : "l"(a), "l"(b), "r"((int)accumulate));
+}
+
+// d (64 x 64) += A (64 x 8, registers) * B (64 x 8, shared)^T
+__device__ __forceinline__ void wgmma_64x64_registers(float d[32], const float a[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, "
+        "%33, %34, %35}, %36, 1, 1, 1;\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24)
+        : WG_A4(a), "l"(b));
+}
+
+// d (64 x 32) += A (64 x 8, registers) * B (32 x 8, shared)^T
+__device__ __forceinline__ void wgmma_64x32_registers(float d[16], const float a[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
+        : WG_D8(d, 0), WG_D8(d, 8)
+        : WG_A4(a), "l"(b));
+}
+
+// Rows [row0, row0 + ROWS) of a head's q or k into a panelled tile (cp.async; rows >= T as 0).
+template <int ROWS, int HS>
+__device__ void load_panels(float* tile, const float* head, size_t row_stride, int row0, int T) {
+    constexpr int CHUNKS = HS / 4;
+    static_assert(ROWS * CHUNKS % WG_THREADS == 0, "whole passes");
+#pragma unroll
+    for (int pass = 0; pass < ROWS * CHUNKS / WG_THREADS; pass++) {
+        int idx = threadIdx.x + pass * WG_THREADS, row = idx / CHUNKS, c = idx % CHUNKS;
+        bool valid = row0 + row < T;
+        const float* src = valid ? head + (size_t)(row0 + row) * row_stride + 4 * c : head;
+        cp_async16(tile + panel_offset(row, 4 * c, ROWS), src, valid);
+    }
+}
+
+// A thread's share of a tile's values: key tid % 64, HS / 16 consecutive 16-byte chunks.
+template <int HS>
+__device__ void load_values(float4 v[HS / 16], const float* v_head, size_t row_stride, int key0, int T) {
+    int key = threadIdx.x % WG_KEYS, chunk0 = threadIdx.x / WG_KEYS * (HS / 16);
+    bool valid = key0 + key < T;
+    const float4* src = (const float4*)(v_head + (size_t)(key0 + key) * row_stride) + chunk0;
+#pragma unroll
+    for (int i = 0; i < HS / 16; i++) { v[i] = valid ? src[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+}
+
+// Where key k of a tile sits among V^T's columns: 0 2 4 6 1 3 5 7 within each group of 8.
+__device__ __forceinline__ int value_position(int k) { return (k & ~7) | ((k & 1) << 2) | ((k & 7) >> 1); }
+
+// The values of load_values into V^T (HS rows of WG_KEYS columns, panelled); a warp writes 32
+// columns of one row at a time, free of bank conflicts.
+template <int HS>
+__device__ void store_values_transposed(float* v_t, const float4 v[HS / 16]) {
+    int key = threadIdx.x % WG_KEYS, chunk0 = threadIdx.x / WG_KEYS * (HS / 16), col = value_position(key);
+#pragma unroll
+    for (int i = 0; i < HS / 16; i++) {
+        int d = 4 * (chunk0 + i);
+        v_t[panel_offset(d, col, HS)] = v[i].x;
+        v_t[panel_offset(d + 1, col, HS)] = v[i].y;
+        v_t[panel_offset(d + 2, col, HS)] = v[i].z;
+        v_t[panel_offset(d + 3, col, HS)] = v[i].w;
+    }
+}
+
+// o (64 x HS) += P (s, 64 x WG_KEYS, TF32-rounded) V, V^T panelled in shared memory.
+template <int HS>
+__device__ __forceinline__ void wgmma_pv(float o[HS / 8][4], const float s[WG_KEYS / 8][4], const float* v_t) {
+#pragma unroll
+    for (int j = 0; j < WG_KEYS / 8; j++) {
+        float a[4] = {s[j][0], s[j][2], s[j][1], s[j][3]};
+        const float* b = panel_step(v_t, j, HS);
+        if constexpr (HS == 32) {
+            wgmma_64x32_registers(&o[0][0], a, wgmma_descriptor(b));
+        } else {
+#pragma unroll
+            for (int n = 0; n < HS / 64; n++) { wgmma_64x64_registers(&o[8 * n][0], a, wgmma_descriptor(b + 64 * 32 * n)); }
+        }
+    }
+}
+
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(WG_THREADS) flash_forward_wgmma_kernel(float* out, float* lse, const float* qkv,
+                                                                          int T, int NH) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int TILE = WG_KEYS * HS;  // a K or V^T tile
+    extern __shared__ float shared_raw[];
+    // q (WG_CTA_QUERIES x HS), then two stages of {K, V^T}; panels 1024-byte aligned
+    float* q_tile = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
+    float* stages = q_tile + WG_CTA_QUERIES * HS;
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int group = threadIdx.x / 128, g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3;
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C;
+    int query0 = (gridDim.y - 1 - blockIdx.y) * WG_CTA_QUERIES;  // the heaviest query blocks start first
+    int group_query0 = query0 + WG_QUERIES * group, warp_query0 = group_query0 + 16 * (warp.meta_group_rank() % 4);
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    int num_tiles = ceil_div(min(query0 + WG_CTA_QUERIES, T), WG_KEYS);
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale);
+
+    load_panels<WG_CTA_QUERIES, HS>(q_tile, q_head, row_stride, query0, T);
+    load_panels<WG_KEYS, HS>(stages, q_head + C, row_stride, 0, T);
+    cp_async_commit();
+    float4 v_next[HS / 16];
+    load_values<HS>(v_next, q_head + 2 * C, row_stride, 0, T);
+    store_values_transposed<HS>(stages + TILE, v_next);
+    float o[HS / 8][4] = {};
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    const float* q_rows = q_tile + WG_QUERIES * group * 32;  // the warpgroup's rows of every panel
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        cp_async_wait_all();
+        fence_proxy_async();  // this thread's tile writes, visible to the tensor cores after the barrier
+        block.sync();         // the tile is in; every warpgroup is done with the other stage
+        const float* k_tile = stages + (tile & 1) * 2 * TILE;
+        float* next_stage = stages + ((tile + 1) & 1) * 2 * TILE;
+        bool next = tile + 1 < num_tiles;
+        if (next) {
+            load_panels<WG_KEYS, HS>(next_stage, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
+            load_values<HS>(v_next, q_head + 2 * C, row_stride, (tile + 1) * WG_KEYS, T);
+        }
+        cp_async_commit();
+        int key0 = tile * WG_KEYS;
+        if (key0 <= group_query0 + WG_QUERIES - 1) {  // some key at or before some query of the warpgroup
+            float s[WG_KEYS / 8][4];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < HS / 8; ks++) {
+                wgmma_64x64_shared(&s[0][0], wgmma_descriptor(panel_step(q_rows, ks, WG_CTA_QUERIES)),
+                                   wgmma_descriptor(panel_step(k_tile, ks, WG_KEYS)), ks > 0);
+            }
+            wgmma_commit();
+            wgmma_wait_all();
+            pin_registers<WG_KEYS / 2>(&s[0][0]);
+            if (key0 + WG_KEYS - 1 > warp_query0) {
+                mask_causal<WG_KEYS, false>(s, warp_query0, key0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
+            }
+            if (KIND == ATTENTION_SOFTMAX) {
+                float correction[2];  // rows g and g + 8 have seen key 0 in tile 0: the maxima are finite
+                online_softmax<WG_KEYS, false>(s, row_max, row_sum, correction, exp_scale, warp);
+#pragma unroll
+                for (int n = 0; n < HS / 8; n++) {
+                    o[n][0] *= correction[0], o[n][1] *= correction[0];
+                    o[n][2] *= correction[1], o[n][3] *= correction[1];
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < WG_KEYS / 8; n++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    s[n][i] = tf32_round(KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f));
+                }
+            }
+            wgmma_fence();
+            wgmma_pv<HS>(o, s, k_tile + TILE);
+            wgmma_commit();
+            wgmma_wait_all();
+            pin_registers<HS / 2>(&o[0][0]);
+        }
+        if (next) { store_values_transposed<HS>(next_stage + TILE, v_next); }
+    }
+
+    float row_scale[2];
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int row = warp_query0 + g + 8 * half;
+        if (KIND == ATTENTION_SOFTMAX) {
+            float sum = row_sum[half] + warp.shfl_xor(row_sum[half], 1);
+            sum += warp.shfl_xor(sum, 2);
+            row_scale[half] = 1.0f / sum;
+            if (q == 0 && row < T) { lse[(b * NH + h) * T + row] = row_max[half] * scale + logf(sum); }
+        } else {
+            row_scale[half] = 1.0f / (row + 1);
+        }
+        if (row >= T) { continue; }
+        float* out_row = out + (b * T + row) * C + h * HS + 2 * q;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            *(float2*)(out_row + 8 * n) = make_float2(o[n][2 * half] * row_scale[half], o[n][2 * half + 1] * row_scale[half]);
+        }
+    }
+#endif
+}
+
+// ----------------------------------------------------------------------------------------------
 // Backward. Per (query t, key s <= t): P from the recomputed score, dP = dout_t . v_s,
 // dS = P (dP - delta_t) (softmax) or dP / (t+1) where the score is positive (ReLU);
 // dq_t = scale sum_s dS k_s, dk_s = scale sum_t dS q_t, dv_s = sum_t P dout_t.
@@ -1667,11 +1935,19 @@ struct FlashForward {
     int B, T, NH;
     template <AttentionKind KIND, int HS, bool SPLIT>
     void run() const {
-        static bool configured = false;
-        size_t shared = 4 * flash_forward_keys(HS) * HS * sizeof(float);
-        flash_set_shared(flash_forward_kernel<KIND, HS, SPLIT>, shared, &configured);
-        dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
-        flash_forward_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(out, lse, qkv, T, NH);
+        if (!SPLIT && g_wgmma) {
+            static bool configured = false;
+            size_t shared = (WG_CTA_QUERIES * HS + 4 * WG_KEYS * HS) * sizeof(float) + 1024;  // + the alignment
+            flash_set_shared(flash_forward_wgmma_kernel<KIND, HS>, shared, &configured);
+            dim3 grid(B * NH, ceil_div(T, WG_CTA_QUERIES));
+            flash_forward_wgmma_kernel<KIND, HS><<<grid, WG_THREADS, shared>>>(out, lse, qkv, T, NH);
+        } else {
+            static bool configured = false;
+            size_t shared = 4 * flash_forward_keys(HS) * HS * sizeof(float);
+            flash_set_shared(flash_forward_kernel<KIND, HS, SPLIT>, shared, &configured);
+            dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
+            flash_forward_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(out, lse, qkv, T, NH);
+        }
         cudaCheck(cudaGetLastError());
     }
 };
@@ -3342,6 +3618,7 @@ static bool cuda_setup(bool use_tf32, int local_rank = 0) {
     if (prop.major < 8) { fail("GPU %s has compute capability %d.%d; 8.0 or newer is needed", prop.name, prop.major, prop.minor); }
     g_num_sms = prop.multiProcessorCount;
     g_pdl = prop.major >= 9;
+    g_wgmma = runs_sm90a_code();
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
     g_use_tf32 = use_tf32;
     cublasCheck(cublasLtCreate(&g_cublaslt));

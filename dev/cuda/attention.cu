@@ -1,8 +1,9 @@
 /*
 Kernel lab: causal attention (softmax and ReLU), forward and backward.
   variant 1  materialised attention (below): cuBLASLt batched GEMMs over (B, NH, T, T), TF32
-  variant 2  the trainer's flash attention, TF32
+  variant 2  the trainer's flash attention, TF32, forward on mma.sync (what GPUs before Hopper run)
   variant 3  the trainer's flash attention, split-TF32 (FP32-accurate, what -f 0 runs)
+  variant 4  the trainer's flash attention, TF32, forward on Hopper's wgmma (what -f 1 runs on Hopper)
 Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
 see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
@@ -160,7 +161,8 @@ static const Tolerance TF32_TOLERANCE = {5e-3, 1e-2,
 static const Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
                                          "fp32 level; fwd: the trainer's -f 0 logits tolerance; bwd: dS sums to 0 "
                                          "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
-static const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32"};
+static const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
+                                      "4 flash TF32 wgmma"};
 
 typedef struct {
     int B, T, NH, hs;
@@ -230,6 +232,7 @@ static void run_forward(Buffers* d, AttentionKind kind, int variant) {
     if (variant == 1) {
         attention_forward(d->out, d->att, d->qkvr, d->heads, d->qkv, s.B, s.T, s.NH * s.hs, s.NH, kind);
     } else {
+        g_wgmma = variant == 4;  // the trainer's choice on Hopper; variant 2 runs the mma.sync kernel
         flash_attention_forward(d->out, d->lse, d->qkv, s.B, s.T, s.NH, s.hs, kind, variant == 3);
     }
 }
@@ -483,7 +486,7 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
 // (whole 16-row warp tiles up to the diagonal; split-TF32's three mma's counted as one product).
 static double convention_forward_flops(Shape s) { return 4.0 * s.B * s.NH * (double)s.T * s.T * s.hs / 2; }
 
-static void flash_executed_flops(Shape s, bool split, double* forward, double* backward) {
+static void flash_executed_flops(Shape s, bool split, bool wgmma, double* forward, double* backward) {
     int forward_keys = flash_forward_keys(s.hs), dq_keys = FLASH_DQ_KEYS;
     int queries = flash_dkdv_queries(s.hs, split);
     double forward_tiles = 0, dq_tiles = 0, dkdv_tiles = 0;  // 16 x tile x hs products per warp and tile
@@ -499,6 +502,15 @@ static void flash_executed_flops(Shape s, bool split, double* forward, double* b
     }
     double heads = (double)s.B * s.NH, unit = 2.0 * 16 * s.hs;
     *forward = heads * unit * forward_tiles * forward_keys * 2;
+    if (wgmma) {  // 64 x WG_KEYS tiles per warpgroup, from key 0 to its last query
+        double group_tiles = 0;
+        for (int block0 = 0; block0 < s.T; block0 += WG_CTA_QUERIES) {
+            for (int row0 = block0; row0 < std::min(block0 + WG_CTA_QUERIES, s.T); row0 += WG_QUERIES) {
+                group_tiles += ceil_div(std::min(row0 + WG_QUERIES, s.T), WG_KEYS);
+            }
+        }
+        *forward = heads * unit * 4 * group_tiles * WG_KEYS * 2;
+    }
     *backward = heads * unit * (dq_tiles * dq_keys * 3 + dkdv_tiles * queries * 4);
 }
 
@@ -532,7 +544,7 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
     double backward_ms = median_ms([&] { run_backward(d, kind, variant); });
     double conv_forward = convention_forward_flops(s), conv_backward = 2.5 * conv_forward;
     double exec_forward = conv_forward * 2, exec_backward = conv_backward * 8 / 5;  // full T x T products
-    if (variant != 1) { flash_executed_flops(s, variant == 3, &exec_forward, &exec_backward); }
+    if (variant != 1) { flash_executed_flops(s, variant == 3, variant == 4, &exec_forward, &exec_backward); }
     double tf_forward = conv_forward / forward_ms * 1e-9, tf_backward = conv_backward / backward_ms * 1e-9;
     char forward[64], backward[64], note[128];
     snprintf(forward, sizeof(forward), "%.3f ms %6.1f TF/s %4.1f%%", forward_ms, tf_forward,
@@ -616,11 +628,15 @@ int main(int argc, char** argv) {
             continue;
         }
         int v = atoi(argv[i]);
-        if (v < 1 || v > 3) { fail("variant '%s': expected 1, 2 or 3", argv[i]); }
+        if (v < 1 || v > 4) { fail("variant '%s': expected 1, 2, 3 or 4", argv[i]); }
         variants.push_back(v);
     }
-    if (variants.empty()) { variants = {1, 2, 3}; }
     if (!cuda_setup(true)) { fail("no CUDA device"); }
+    bool hopper = g_wgmma;
+    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{1, 2, 3}; }
+    if (!hopper && std::find(variants.begin(), variants.end(), 4) != variants.end()) {
+        fail("variant 4 needs a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
+    }
     bool materialised = std::find(variants.begin(), variants.end(), 1) != variants.end();
     const AttentionKind kinds[] = {ATTENTION_SOFTMAX, ATTENTION_RELU};
     int failures = 0;
