@@ -1266,11 +1266,34 @@ __device__ void store_transposed(float* dst, size_t row_stride, const float acc[
     }
 }
 
+// FLASH_ROWS rows staged transposed (stage[d * stride + row], stride a multiple of 4), tokens row0
+// on: each dimension d's rows become contiguous in dst_t (dst_t[d * tokens + row0 + row], rows >= T
+// skipped) and their sum, in row order, goes to column_sums[d].
+template <int HS>
+__device__ void drain_columns(float* dst_t, size_t tokens, const float* stage, int stride, int row0, int T,
+                              float* column_sums) {
+    int rows = min(FLASH_ROWS, T - row0);
+    for (int idx = threadIdx.x; idx < HS * FLASH_ROWS / 4; idx += blockDim.x) {
+        int d = idx / (FLASH_ROWS / 4), row = 4 * (idx % (FLASH_ROWS / 4));
+        const float* src = stage + d * stride + row;
+        float* dst = dst_t + d * tokens + row0 + row;
+        if (T % 4 == 0 && row + 4 <= rows) {  // dst is 16-byte aligned: tokens and row0 are multiples of 4
+            *(float4*)dst = *(const float4*)src;
+        } else {
+            for (int j = 0; j < 4 && row + j < rows; j++) { dst[j] = src[j]; }
+        }
+    }
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+        float sum = 0.0f;
+        for (int row = 0; row < rows; row++) { sum += stage[d * stride + row]; }
+        column_sums[d] = sum;
+    }
+}
+
 // Backward outputs, transposed through shared memory: the CTA's rows of acc^T (each times its
-// row_scale; a warp's at warp_row + transposed_row) go to stage[d][row], then each dimension d's
-// rows become contiguous in dst_t (dst_t[d * tokens + cta_row0 + row], rows >= T skipped) and its
-// sum over the rows, in row order, goes to column_sums[d]. stage: HS x FLASH_STAGE_STRIDE floats,
-// free once the CTA is past its last tile.
+// row_scale; a warp's at warp_row + transposed_row) go to stage[d][row], then to dst_t and
+// column_sums (drain_columns). stage: HS x FLASH_STAGE_STRIDE floats, free once the CTA is past its
+// last tile.
 static const int FLASH_STAGE_STRIDE = FLASH_ROWS + 4;  // float4-aligned, and fewer bank conflicts
 
 template <int HS>
@@ -1288,22 +1311,7 @@ __device__ void store_columns(float* dst_t, size_t tokens, const float acc[HS / 
         }
     }
     block.sync();
-    int rows = min(FLASH_ROWS, T - cta_row0);
-    for (int idx = threadIdx.x; idx < HS * FLASH_ROWS / 4; idx += blockDim.x) {
-        int d = idx / (FLASH_ROWS / 4), row = 4 * (idx % (FLASH_ROWS / 4));
-        const float* src = stage + d * FLASH_STAGE_STRIDE + row;
-        float* dst = dst_t + d * tokens + cta_row0 + row;
-        if (T % 4 == 0 && row + 4 <= rows) {  // dst is 16-byte aligned: tokens and cta_row0 are multiples of 4
-            *(float4*)dst = *(const float4*)src;
-        } else {
-            for (int j = 0; j < 4 && row + j < rows; j++) { dst[j] = src[j]; }
-        }
-    }
-    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-        float sum = 0.0f;
-        for (int row = 0; row < rows; row++) { sum += stage[d * FLASH_STAGE_STRIDE + row]; }
-        column_sums[d] = sum;
-    }
+    drain_columns<HS>(dst_t, tokens, stage, FLASH_STAGE_STRIDE, cta_row0, T, column_sums);
 }
 
 // Causal mask on a warp's 16 x N scores: the rows are queries from row0 (or keys, KEY_ROWS), the
@@ -1933,21 +1941,29 @@ struct FlashForward {
     float* lse;
     const float* qkv;
     int B, T, NH;
+    // The Hopper kernel where the GPU runs it, in TF32 mode; false where it does not apply.
     template <AttentionKind KIND, int HS, bool SPLIT>
-    void run() const {
-        if (!SPLIT && g_wgmma) {
+    bool run_wgmma() const {
+        if constexpr (SPLIT) { return false; }
+        else {
+            if (!g_wgmma) { return false; }
             static bool configured = false;
             size_t shared = (WG_CTA_QUERIES * HS + 4 * WG_KEYS * HS) * sizeof(float) + 1024;  // + the alignment
             flash_set_shared(flash_forward_wgmma_kernel<KIND, HS>, shared, &configured);
             dim3 grid(B * NH, ceil_div(T, WG_CTA_QUERIES));
             flash_forward_wgmma_kernel<KIND, HS><<<grid, WG_THREADS, shared>>>(out, lse, qkv, T, NH);
-        } else {
-            static bool configured = false;
-            size_t shared = 4 * flash_forward_keys(HS) * HS * sizeof(float);
-            flash_set_shared(flash_forward_kernel<KIND, HS, SPLIT>, shared, &configured);
-            dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
-            flash_forward_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(out, lse, qkv, T, NH);
+            cudaCheck(cudaGetLastError());
+            return true;
         }
+    }
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        if (run_wgmma<KIND, HS, SPLIT>()) { return; }
+        static bool configured = false;
+        size_t shared = 4 * flash_forward_keys(HS) * HS * sizeof(float);
+        flash_set_shared(flash_forward_kernel<KIND, HS, SPLIT>, shared, &configured);
+        dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
+        flash_forward_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(out, lse, qkv, T, NH);
         cudaCheck(cudaGetLastError());
     }
 };
@@ -1957,22 +1973,34 @@ struct FlashBackward {
     float* delta;
     const float *dout, *qkv, *out, *lse;
     int B, T, NH;
+    // The dQ kernel (which also writes delta), then the dK/dV kernel that reads it.
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run_dq() const {
+        static bool configured = false;
+        size_t held_rows = flash_holds_rows(HS) ? 0 : 2 * FLASH_ROWS * HS;  // the tiles of the rows not held
+        size_t shared = (4 * FLASH_DQ_KEYS * HS + held_rows) * sizeof(float);
+        flash_set_shared(flash_backward_dq_kernel<KIND, HS, SPLIT>, shared, &configured);
+        dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
+        flash_backward_dq_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(dqkv_t, bias_partials, delta, dout,
+                                                                                   qkv, out, lse, T, NH);
+        cudaCheck(cudaGetLastError());
+    }
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run_dkdv() const {
+        static bool configured = false;
+        int queries = flash_dkdv_queries(HS, SPLIT);
+        size_t held_rows = flash_holds_rows(HS) ? 0 : 2 * FLASH_ROWS * HS;
+        size_t shared = (2 * (2 * queries * HS + 2 * queries) + held_rows) * sizeof(float);
+        flash_set_shared(flash_backward_dkdv_kernel<KIND, HS, SPLIT>, shared, &configured);
+        dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
+        flash_backward_dkdv_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(dqkv_t, bias_partials, dout, qkv,
+                                                                                     lse, delta, T, NH);
+        cudaCheck(cudaGetLastError());
+    }
     template <AttentionKind KIND, int HS, bool SPLIT>
     void run() const {
-        static bool configured_dq = false, configured_dkdv = false;
-        int keys = FLASH_DQ_KEYS, queries = flash_dkdv_queries(HS, SPLIT);
-        size_t held_rows = flash_holds_rows(HS) ? 0 : 2 * FLASH_ROWS * HS;  // the tiles of the rows not held
-        size_t dq_shared = (4 * keys * HS + held_rows) * sizeof(float);
-        size_t dkdv_shared = (2 * (2 * queries * HS + 2 * queries) + held_rows) * sizeof(float);
-        flash_set_shared(flash_backward_dq_kernel<KIND, HS, SPLIT>, dq_shared, &configured_dq);
-        flash_set_shared(flash_backward_dkdv_kernel<KIND, HS, SPLIT>, dkdv_shared, &configured_dkdv);
-        dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
-        flash_backward_dq_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, dq_shared>>>(dqkv_t, bias_partials, delta,
-                                                                                      dout, qkv, out, lse, T, NH);
-        cudaCheck(cudaGetLastError());
-        flash_backward_dkdv_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, dkdv_shared>>>(dqkv_t, bias_partials,
-                                                                                          dout, qkv, lse, delta, T, NH);
-        cudaCheck(cudaGetLastError());
+        run_dq<KIND, HS, SPLIT>();
+        run_dkdv<KIND, HS, SPLIT>();
     }
 };
 

@@ -1,9 +1,10 @@
 /*
 Kernel lab: causal attention (softmax and ReLU), forward and backward.
   variant 1  materialised attention (below): cuBLASLt batched GEMMs over (B, NH, T, T), TF32
-  variant 2  the trainer's flash attention, TF32, forward on mma.sync (what GPUs before Hopper run)
+  variant 2  the trainer's flash attention, TF32, on mma.sync (what GPUs before Hopper run)
   variant 3  the trainer's flash attention, split-TF32 (FP32-accurate, what -f 0 runs)
-  variant 4  the trainer's flash attention, TF32, forward on Hopper's wgmma (what -f 1 runs on Hopper)
+  variant 4  the trainer's flash attention, TF32, the forward on Hopper's wgmma (what -f 1 runs there)
+  variant 5  variant 4 with a dQ kernel on wgmma too (below; slower than the trainer's, kept here)
 Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
 see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
@@ -162,7 +163,7 @@ static const Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
                                          "fp32 level; fwd: the trainer's -f 0 logits tolerance; bwd: dS sums to 0 "
                                          "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
 static const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
-                                      "4 flash TF32 wgmma"};
+                                      "4 flash TF32 wgmma", "5 4 + wgmma dQ"};
 
 typedef struct {
     int B, T, NH, hs;
@@ -183,6 +184,156 @@ static void table_row(const char* what, Shape s, AttentionKind kind, int variant
              attention_name(kind), VARIANT_NAMES[variant], forward, backward, note);
     g_table.push_back(line);
 }
+
+// ----------------------------------------------------------------------------------------------
+// Variant 5: variant 4 with the dQ kernel on wgmma too (TF32, hs <= 64; hs = 128's tiles would pass
+// the shared-memory limit, so it runs the trainer's dQ kernel): flash_backward_dq_kernel's work laid
+// out as the trainer's Hopper forward (flash_forward_wgmma_kernel). Per key tile and warpgroup: S = Q K^T and dP = dO V^T (q, dout, k and v
+// panels in shared memory), P and dS in registers, then dQ += dS K with K stored transposed by the
+// threads (K^T, columns in value_position order). The 128 rows of dQ (times the scale) are staged
+// transposed and written per block of FLASH_ROWS tokens as store_columns does.
+
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(float* dqkv_t, float* bias_partials,
+                                                                             float* delta, const float* dout,
+                                                                             const float* qkv, const float* out,
+                                                                             const float* lse, int T, int NH) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(WG_QUERIES == FLASH_ROWS, "a warpgroup's rows are one block of the bias partials");
+    constexpr int TILE = WG_KEYS * HS, STAGE = 3 * TILE, STRIDE = WG_CTA_QUERIES + 4;
+    extern __shared__ float shared_raw[];
+    // q and dout (WG_CTA_QUERIES x HS each), then two stages of {K, V, K^T}; panels 1024-byte aligned
+    float* q_tile = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
+    float* do_tile = q_tile + WG_CTA_QUERIES * HS;
+    float* stages = do_tile + WG_CTA_QUERIES * HS;
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int group = threadIdx.x / 128, g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3;
+    int C = NH * HS, h = blockIdx.x % NH, warp_row = WG_QUERIES * group + 16 * (warp.meta_group_rank() % 4);
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C, head_rows = (b * NH + h) * T;
+    int query0 = (gridDim.y - 1 - blockIdx.y) * WG_CTA_QUERIES;  // the heaviest query blocks start first
+    int group_query0 = query0 + WG_QUERIES * group, warp_query0 = query0 + warp_row;
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    const float* do_head = dout + b * T * C + h * HS;
+    int num_tiles = ceil_div(min(query0 + WG_CTA_QUERIES, T), WG_KEYS);
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale);
+
+    load_panels<WG_CTA_QUERIES, HS>(q_tile, q_head, row_stride, query0, T);
+    load_panels<WG_CTA_QUERIES, HS>(do_tile, do_head, C, query0, T);
+    load_panels<WG_KEYS, HS>(stages, q_head + C, row_stride, 0, T);
+    load_panels<WG_KEYS, HS>(stages + TILE, q_head + 2 * C, row_stride, 0, T);
+    cp_async_commit();
+    float4 k_next[HS / 16];
+    load_values<HS>(k_next, q_head + C, row_stride, 0, T);
+    store_values_transposed<HS>(stages + 2 * TILE, k_next);
+    float stat_a[2], stat_b[2] = {0.0f, 0.0f};  // per row: lse in exponent units and delta, or 1/(t+1)
+    if (KIND == ATTENTION_SOFTMAX) {
+        row_deltas<HS>(stat_b, delta + head_rows, do_head, out + b * T * C + h * HS, C, warp_query0, T, warp);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int row = warp_query0 + g + 8 * half;
+        if (KIND == ATTENTION_SOFTMAX) { stat_a[half] = row < T ? lse[head_rows + row] * exp_scale / scale : 0.0f; }
+        else { stat_a[half] = 1.0f / (row + 1); }
+    }
+    float dq[HS / 8][4] = {};
+    const float* q_rows = q_tile + WG_QUERIES * group * 32;  // the warpgroup's rows of every panel
+    const float* do_rows = do_tile + WG_QUERIES * group * 32;
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        cp_async_wait_all();
+        fence_proxy_async();  // this thread's tile writes, visible to the tensor cores after the barrier
+        block.sync();         // the tile is in; every warpgroup is done with the other stage
+        const float* k_tile = stages + (tile & 1) * STAGE;
+        float* next_stage = stages + ((tile + 1) & 1) * STAGE;
+        bool next = tile + 1 < num_tiles;
+        if (next) {
+            load_panels<WG_KEYS, HS>(next_stage, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
+            load_panels<WG_KEYS, HS>(next_stage + TILE, q_head + 2 * C, row_stride, (tile + 1) * WG_KEYS, T);
+            load_values<HS>(k_next, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
+        }
+        cp_async_commit();
+        int key0 = tile * WG_KEYS;
+        if (key0 <= group_query0 + WG_QUERIES - 1) {  // some key at or before some query of the warpgroup
+            float s[WG_KEYS / 8][4], dp[WG_KEYS / 8][4];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < HS / 8; ks++) {
+                wgmma_64x64_shared(&s[0][0], wgmma_descriptor(panel_step(q_rows, ks, WG_CTA_QUERIES)),
+                                   wgmma_descriptor(panel_step(k_tile, ks, WG_KEYS)), ks > 0);
+            }
+#pragma unroll
+            for (int ks = 0; ks < HS / 8; ks++) {
+                wgmma_64x64_shared(&dp[0][0], wgmma_descriptor(panel_step(do_rows, ks, WG_CTA_QUERIES)),
+                                   wgmma_descriptor(panel_step(k_tile + TILE, ks, WG_KEYS)), ks > 0);
+            }
+            wgmma_commit();
+            wgmma_wait_all();
+            pin_registers<WG_KEYS / 2>(&s[0][0]);
+            pin_registers<WG_KEYS / 2>(&dp[0][0]);
+            if (key0 + WG_KEYS - 1 > warp_query0) {
+                mask_causal<WG_KEYS, false>(s, warp_query0, key0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
+            }
+#pragma unroll
+            for (int n = 0; n < WG_KEYS / 8; n++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    probability_and_gradient<KIND, false>(s[n][i], dp[n][i], scale, exp_scale, stat_a[i / 2],
+                                                          stat_b[i / 2]);
+                    dp[n][i] = tf32_round(dp[n][i]);
+                }
+            }
+            wgmma_fence();
+            wgmma_pv<HS>(dq, dp, k_tile + 2 * TILE);  // dS K, as P V
+            wgmma_commit();
+            wgmma_wait_all();
+            pin_registers<HS / 2>(&dq[0][0]);
+        }
+        if (next) { store_values_transposed<HS>(next_stage + 2 * TILE, k_next); }
+    }
+
+    float* stage = q_tile;  // HS x STRIDE, free after the last tile
+    block.sync();
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            stage[(8 * n + 2 * q + (i & 1)) * STRIDE + warp_row + g + 8 * (i >> 1)] = dq[n][i] * scale;
+        }
+    }
+    block.sync();
+    size_t tokens = gridDim.x / NH * (size_t)T;
+    int blocks = ceil_div(T, FLASH_ROWS);
+    for (int half = 0; half < WG_GROUPS; half++) {
+        int row0 = query0 + WG_QUERIES * half;
+        if (row0 >= T) { break; }
+        float* partials = bias_partials + (b * blocks + row0 / FLASH_ROWS) * row_stride + h * HS;
+        drain_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, stage + WG_QUERIES * half, STRIDE, row0, T,
+                          partials);
+    }
+#endif
+}
+
+// The trainer's backward launcher with variant 5's dQ kernel in place of its own.
+struct FlashBackwardWgmmaDq {
+    FlashBackward trainer;
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        if constexpr (SPLIT || HS > 64) {
+            trainer.run_dq<KIND, HS, SPLIT>();
+        } else {
+            static bool configured = false;
+            size_t shared = (2 * WG_CTA_QUERIES * HS + 6 * WG_KEYS * HS) * sizeof(float) + 1024;  // + the alignment
+            flash_set_shared(flash_backward_dq_wgmma_kernel<KIND, HS>, shared, &configured);
+            const FlashBackward& t = trainer;
+            dim3 grid(t.B * t.NH, ceil_div(t.T, WG_CTA_QUERIES));
+            flash_backward_dq_wgmma_kernel<KIND, HS><<<grid, WG_THREADS, shared>>>(
+                t.dqkv_t, t.bias_partials, t.delta, t.dout, t.qkv, t.out, t.lse, t.T, t.NH);
+            cudaCheck(cudaGetLastError());
+        }
+        trainer.run_dkdv<KIND, HS, SPLIT>();
+    }
+};
 
 // ----------------------------------------------------------------------------------------------
 // Buffers and runs
@@ -232,7 +383,7 @@ static void run_forward(Buffers* d, AttentionKind kind, int variant) {
     if (variant == 1) {
         attention_forward(d->out, d->att, d->qkvr, d->heads, d->qkv, s.B, s.T, s.NH * s.hs, s.NH, kind);
     } else {
-        g_wgmma = variant == 4;  // the trainer's choice on Hopper; variant 2 runs the mma.sync kernel
+        g_wgmma = variant >= 4;  // the trainer's choice on Hopper; variant 2 runs the mma.sync kernel
         flash_attention_forward(d->out, d->lse, d->qkv, s.B, s.T, s.NH, s.hs, kind, variant == 3);
     }
 }
@@ -242,7 +393,13 @@ static void run_backward(Buffers* d, AttentionKind kind, int variant) {
     if (variant == 1) {
         attention_backward(d->dqkv, d->dqkvr, d->datt, d->heads, d->qkvr, d->dout, d->qkv, d->att, s.B, s.T,
                            s.NH * s.hs, s.NH, kind);
+    } else if (variant == 5) {
+        g_wgmma = true;
+        FlashBackwardWgmmaDq launch = {{d->dqkv_t, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
+        flash_dispatch(launch, s.hs, kind, false, "variant 5");
+        column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
     } else {
+        g_wgmma = variant == 4;
         flash_attention_backward(d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B,
                                  s.T, s.NH, s.hs, kind, variant == 3);
     }
@@ -486,7 +643,8 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
 // (whole 16-row warp tiles up to the diagonal; split-TF32's three mma's counted as one product).
 static double convention_forward_flops(Shape s) { return 4.0 * s.B * s.NH * (double)s.T * s.T * s.hs / 2; }
 
-static void flash_executed_flops(Shape s, bool split, bool wgmma, double* forward, double* backward) {
+static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq, double* forward,
+                                 double* backward) {
     int forward_keys = flash_forward_keys(s.hs), dq_keys = FLASH_DQ_KEYS;
     int queries = flash_dkdv_queries(s.hs, split);
     double forward_tiles = 0, dq_tiles = 0, dkdv_tiles = 0;  // 16 x tile x hs products per warp and tile
@@ -502,7 +660,7 @@ static void flash_executed_flops(Shape s, bool split, bool wgmma, double* forwar
     }
     double heads = (double)s.B * s.NH, unit = 2.0 * 16 * s.hs;
     *forward = heads * unit * forward_tiles * forward_keys * 2;
-    if (wgmma) {  // 64 x WG_KEYS tiles per warpgroup, from key 0 to its last query
+    if (wgmma) {  // 64 x WG_KEYS tiles per warpgroup, from key 0 to its last query; dQ's for hs <= 64
         double group_tiles = 0;
         for (int block0 = 0; block0 < s.T; block0 += WG_CTA_QUERIES) {
             for (int row0 = block0; row0 < std::min(block0 + WG_CTA_QUERIES, s.T); row0 += WG_QUERIES) {
@@ -510,6 +668,7 @@ static void flash_executed_flops(Shape s, bool split, bool wgmma, double* forwar
             }
         }
         *forward = heads * unit * 4 * group_tiles * WG_KEYS * 2;
+        if (wgmma_dq && s.hs <= 64) { *backward += heads * unit * (4 * group_tiles * WG_KEYS - dq_tiles * dq_keys) * 3; }
     }
     *backward = heads * unit * (dq_tiles * dq_keys * 3 + dkdv_tiles * queries * 4);
 }
@@ -544,7 +703,9 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
     double backward_ms = median_ms([&] { run_backward(d, kind, variant); });
     double conv_forward = convention_forward_flops(s), conv_backward = 2.5 * conv_forward;
     double exec_forward = conv_forward * 2, exec_backward = conv_backward * 8 / 5;  // full T x T products
-    if (variant != 1) { flash_executed_flops(s, variant == 3, variant == 4, &exec_forward, &exec_backward); }
+    if (variant != 1) {
+        flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, &exec_forward, &exec_backward);
+    }
     double tf_forward = conv_forward / forward_ms * 1e-9, tf_backward = conv_backward / backward_ms * 1e-9;
     char forward[64], backward[64], note[128];
     snprintf(forward, sizeof(forward), "%.3f ms %6.1f TF/s %4.1f%%", forward_ms, tf_forward,
@@ -628,14 +789,14 @@ int main(int argc, char** argv) {
             continue;
         }
         int v = atoi(argv[i]);
-        if (v < 1 || v > 4) { fail("variant '%s': expected 1, 2, 3 or 4", argv[i]); }
+        if (v < 1 || v > 5) { fail("variant '%s': expected 1 to 5", argv[i]); }
         variants.push_back(v);
     }
     if (!cuda_setup(true)) { fail("no CUDA device"); }
     bool hopper = g_wgmma;
-    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{1, 2, 3}; }
-    if (!hopper && std::find(variants.begin(), variants.end(), 4) != variants.end()) {
-        fail("variant 4 needs a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
+    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5} : std::vector<int>{1, 2, 3}; }
+    if (!hopper && std::any_of(variants.begin(), variants.end(), [](int v) { return v >= 4; })) {
+        fail("variants 4 and 5 need a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
     }
     bool materialised = std::find(variants.begin(), variants.end(), 1) != variants.end();
     const AttentionKind kinds[] = {ATTENTION_SOFTMAX, ATTENTION_RELU};
