@@ -1710,24 +1710,36 @@ __device__ __forceinline__ void probability_and_gradient(float& s, float& dp, fl
     }
 }
 
-// delta for rows row0 + g and row0 + g + 8 of a warp (lane pair 2r, 2r+1 sums row r's halves); also
-// written to delta_head for the dK/dV kernel.
-template <int HS>
-__device__ void row_deltas(float delta_rows[2], float* delta_head, const float* do_head, const float* out_head,
-                           int C, int row0, int T, const cg::thread_block_tile<32>& warp) {
-    int lane = warp.thread_rank(), row = row0 + lane / 2;
-    float sum = 0.0f;
-    if (row < T) {
-        const float4* d4 = (const float4*)(do_head + (size_t)row * C) + (lane & 1) * HS / 8;
-        const float4* o4 = (const float4*)(out_head + (size_t)row * C) + (lane & 1) * HS / 8;
+// The statistics of rows row0 + g and row0 + g + 8 of a warp, for probability_and_gradient:
+// softmax, stat_a the log-sum-exp in exponent units and stat_b delta = dout . out (lane pair 2r,
+// 2r+1 sums row r's halves; also written to delta_head for the dK/dV kernel); ReLU, stat_a 1/(t+1).
+template <AttentionKind KIND, int HS, bool SPLIT>
+__device__ void row_statistics(float stat_a[2], float stat_b[2], float* delta_head, const float* lse_head,
+                               const float* do_head, const float* out_head, int C, int row0, int T, float scale,
+                               const cg::thread_block_tile<32>& warp) {
+    int lane = warp.thread_rank(), g = lane >> 2;
+    stat_b[0] = stat_b[1] = 0.0f;
+    if (KIND == ATTENTION_SOFTMAX) {
+        int row = row0 + lane / 2;
+        float sum = 0.0f;
+        if (row < T) {
+            const float4* d4 = (const float4*)(do_head + (size_t)row * C) + (lane & 1) * HS / 8;
+            const float4* o4 = (const float4*)(out_head + (size_t)row * C) + (lane & 1) * HS / 8;
 #pragma unroll
-        for (int i = 0; i < HS / 8; i++) { sum += sum4(d4[i] * o4[i]); }
+            for (int i = 0; i < HS / 8; i++) { sum += sum4(d4[i] * o4[i]); }
+        }
+        sum += warp.shfl_xor(sum, 1);
+        if ((lane & 1) == 0 && row < T) { delta_head[row] = sum; }
+        stat_b[0] = warp.shfl(sum, 2 * g);
+        stat_b[1] = warp.shfl(sum, 2 * (g + 8));
     }
-    sum += warp.shfl_xor(sum, 1);
-    if ((lane & 1) == 0 && row < T) { delta_head[row] = sum; }
-    int g = lane >> 2;
-    delta_rows[0] = warp.shfl(sum, 2 * g);
-    delta_rows[1] = warp.shfl(sum, 2 * (g + 8));
+    float exp_scale = exponent_scale<SPLIT>(scale);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int row = row0 + g + 8 * half;
+        if (KIND == ATTENTION_SOFTMAX) { stat_a[half] = row < T ? lse_head[row] * exp_scale / scale : 0.0f; }
+        else { stat_a[half] = 1.0f / (row + 1); }
+    }
 }
 
 // dQ: one CTA per 64 queries of a head, looping over key tiles up to the diagonal. Softmax also
@@ -1764,16 +1776,9 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
         load_a_global<HS, SPLIT>(q_frag, q_head, row_stride, warp_query0, T, g, q);
         load_a_global<HS, SPLIT>(do_frag, do_head, C, warp_query0, T, g, q);
     }
-    float stat_a[2], stat_b[2] = {0.0f, 0.0f};  // per row: lse in exponent units and delta, or 1/(t+1)
-    if (KIND == ATTENTION_SOFTMAX) {
-        row_deltas<HS>(stat_b, delta + head_rows, do_head, out + b * T * C + h * HS, C, warp_query0, T, warp);
-    }
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int row = warp_query0 + g + 8 * half;
-        if (KIND == ATTENTION_SOFTMAX) { stat_a[half] = row < T ? lse[head_rows + row] * exp_scale / scale : 0.0f; }
-        else { stat_a[half] = 1.0f / (row + 1); }
-    }
+    float stat_a[2], stat_b[2];
+    row_statistics<KIND, HS, SPLIT>(stat_a, stat_b, delta + head_rows, lse + head_rows, do_head,
+                                    out + b * T * C + h * HS, C, warp_query0, T, scale, warp);
     float dq[HS / 16][2][4] = {};  // transposed
 
     for (int tile = 0; tile < num_tiles; tile++) {

@@ -226,16 +226,9 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
     float4 k_next[HS / 16];
     load_values<HS>(k_next, q_head + C, row_stride, 0, T);
     store_values_transposed<HS>(stages + 2 * TILE, k_next);
-    float stat_a[2], stat_b[2] = {0.0f, 0.0f};  // per row: lse in exponent units and delta, or 1/(t+1)
-    if (KIND == ATTENTION_SOFTMAX) {
-        row_deltas<HS>(stat_b, delta + head_rows, do_head, out + b * T * C + h * HS, C, warp_query0, T, warp);
-    }
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int row = warp_query0 + g + 8 * half;
-        if (KIND == ATTENTION_SOFTMAX) { stat_a[half] = row < T ? lse[head_rows + row] * exp_scale / scale : 0.0f; }
-        else { stat_a[half] = 1.0f / (row + 1); }
-    }
+    float stat_a[2], stat_b[2];
+    row_statistics<KIND, HS, false>(stat_a, stat_b, delta + head_rows, lse + head_rows, do_head,
+                                    out + b * T * C + h * HS, C, warp_query0, T, scale, warp);
     float dq[HS / 8][4] = {};
     const float* q_rows = q_tile + WG_QUERIES * group * 32;  // the warpgroup's rows of every panel
     const float* do_rows = do_tile + WG_QUERIES * group * 32;
