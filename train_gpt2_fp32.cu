@@ -2597,7 +2597,8 @@ static void grad_norm_finish(StepStats* stats, const float* partials, size_t num
 // micro-step order (gpt2_end_micro_step), so N GPUs with one micro-step each are bit-identical to
 // N micro-steps on one.
 
-// dst += src, as one GPU adds a micro-step's gradients to those accumulated before it.
+// dst += src (n a multiple of 4), as one GPU adds a micro-step's gradients to those accumulated
+// before it (and the backward pass adds the residual stream when it recomputes residual2).
 __global__ void add_inplace_kernel(float4* dst, const float4* src, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n4) { dst[i] = dst[i] + src[i]; }
@@ -2747,7 +2748,7 @@ typedef struct {
     float* qkv;        // (L, B, T, 3C)
     float* atty;       // (L, B, T, C)
     float* lse;        // (L, B, NH, T): softmax log-sum-exp of each query's scores
-    float* residual2;  // (L, B, T, C)
+    float* residual2;  // (L, B, T, C), or one layer's (B, T, C) when the backward pass recomputes it (-r 1)
     float* ln2_mean;   // (L, B, T)
     float* ln2_rstd;   // (L, B, T)
     float* fch;        // (L, B, T, 4C)
@@ -2778,14 +2779,16 @@ typedef struct {
 
 // Points the activations for batches of B x T into memory (NULL: only measures) and returns the
 // floats they take: the kept tensors, then one region as large as the largest phase's scratch.
-static size_t layout_activations(ActivationTensors* acts, float* memory, const GPT2Config* config, int B, int T) {
+static size_t layout_activations(ActivationTensors* acts, float* memory, const GPT2Config* config, int B, int T,
+                                 bool recompute_residual2) {
     enum Phase { KEPT, LAYERS, LM_HEAD, BACKWARD, NUM_PHASES };
     size_t C = config->channels, L = config->num_layers, NH = config->num_heads, BT = (size_t)B * T;
     size_t R = std::min(BT, CLASSIFIER_CHUNK_ROWS);
     struct { float** tensor; size_t size; Phase phase; } tensors[] = {
         {&acts->encoded, BT * C, KEPT}, {&acts->ln1_mean, L * BT, KEPT}, {&acts->ln1_rstd, L * BT, KEPT},
         {&acts->qkv, L * BT * 3 * C, KEPT}, {&acts->atty, L * BT * C, KEPT}, {&acts->lse, L * BT * NH, KEPT},
-        {&acts->residual2, L * BT * C, KEPT}, {&acts->ln2_mean, L * BT, KEPT}, {&acts->ln2_rstd, L * BT, KEPT},
+        {&acts->residual2, (recompute_residual2 ? 1 : L) * BT * C, KEPT}, {&acts->ln2_mean, L * BT, KEPT},
+        {&acts->ln2_rstd, L * BT, KEPT},
         {&acts->fch, L * BT * 4 * C, KEPT}, {&acts->residual3, L * BT * C, KEPT}, {&acts->lnf, BT * C, KEPT},
         {&acts->lnf_mean, BT, KEPT}, {&acts->lnf_rstd, BT, KEPT}, {&acts->losses, BT, KEPT},
         {&acts->dbtc, BT * C, KEPT},
@@ -2854,7 +2857,14 @@ typedef struct {
     float* stop_request;      // pinned host: 1 once this process was asked to stop (a signal)
     cudaEvent_t stats_copied[2];
     GraphCache graphs;  // the forward and backward passes as CUDA graphs (gpt2_forward, gpt2_backward)
+    bool recompute_residual2;  // -r 1: the backward pass recomputes each layer's residual2 (set before allocating)
 } GPT2;
+
+// Layer l's residual2: its own, or the one buffer that the backward pass recomputes it into.
+static float* layer_residual2(const GPT2* model, int l) {
+    size_t btc = (size_t)model->B * model->T * model->config.channels;
+    return model->acts.residual2 + (model->recompute_residual2 ? 0 : l * btc);
+}
 
 static void validate_config(const GPT2Config* c, const char* source) {
     if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0) {
@@ -3045,11 +3055,11 @@ static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint6
 // Activations and batch buffers for batches of at most B x T.
 static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     const GPT2Config* c = &model->config;
-    model->num_activations = layout_activations(&model->acts, NULL, c, B, T);
+    model->num_activations = layout_activations(&model->acts, NULL, c, B, T, model->recompute_residual2);
     char what[128];
     snprintf(what, sizeof(what), "activations for B=%d, T=%d", B, T);
     model->acts_memory = (float*)device_malloc(model->num_activations * sizeof(float), what);
-    layout_activations(&model->acts, model->acts_memory, c, B, T);
+    layout_activations(&model->acts, model->acts_memory, c, B, T, model->recompute_residual2);
     model->max_B = B;
     model->max_T = T;
     size_t BT = (size_t)B * T;
@@ -3144,7 +3154,6 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
         float* qkv = a.qkv + l * 3 * btc;
         float* atty = a.atty + l * btc;
-        float* residual2 = a.residual2 + l * btc;
         float* fch = a.fch + l * 4 * btc;
         // a.dbtc holds each projection's output until the next layernorm adds it to the residual
         // stream: residual3 of the previous layer is written by this layer's first layernorm
@@ -3152,18 +3161,18 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
             layernorm_forward(a.ln, a.ln1_mean, a.ln1_rstd, NULL, a.encoded, NULL, p.ln1w, p.ln1b, BT, C);
         } else {
             layernorm_forward(a.ln, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, (float*)residual,
-                              a.residual2 + (l - 1) * btc, a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
+                              layer_residual2(model, l - 1), a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
         }
         matmul_forward(qkv, a.ln, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
         flash_attention_forward(atty, a.lse + l * BT * NH, qkv, B, T, NH, C / NH, c->attention, !g_use_tf32);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
-        layernorm_forward(a.ln, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2, residual, a.dbtc,
-                          p.ln2w + l * C, p.ln2b + l * C, BT, C);
+        layernorm_forward(a.ln, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, layer_residual2(model, l), residual,
+                          a.dbtc, p.ln2w + l * C, p.ln2b + l * C, BT, C);
         matmul_forward(fch, a.ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C);
         gelu_forward(a.fch_gelu, fch, 4 * btc);
         matmul_forward(a.dbtc, a.fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C);
     }
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * btc, a.residual2 + (L - 1) * btc,
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * btc, layer_residual2(model, L - 1),
                       a.dbtc, p.lnfw, p.lnfb, BT, C);
 }
 
@@ -3245,6 +3254,20 @@ static void gpt2_end_micro_step(GPT2* model) {
     if (model->micro > 0) { add_inplace(model->grads_memory, model->micro_grads_memory, model->num_parameters, 0); }
 }
 
+// With -r 1, layer l's residual2 = residual + the attention projection, which the forward pass did
+// not keep (L x B*T*C floats: 2.5 GB for GPT-2 XL at B=8): the forward's product again (the same
+// plan, so the same bits) and the forward's add, for one C x C product per layer.
+static void recompute_residual2(GPT2* model, int l) {
+    const GPT2Config* c = &model->config;
+    int C = c->channels;
+    size_t BT = (size_t)model->B * model->T, btc = BT * C;
+    const ActivationTensors* a = &model->acts;
+    const float* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
+    matmul_forward(a->residual2, a->atty + l * btc, model->params.attprojw + (size_t)l * C * C,
+                   model->params.attprojb + l * C, BT, C, C);
+    add_inplace(a->residual2, residual, btc, 0);
+}
+
 // The backward pass's launches (gpt2_backward).
 static void gpt2_backward_launches(GPT2* model) {
     const GPT2Config* c = &model->config;
@@ -3294,18 +3317,21 @@ static void gpt2_backward_launches(GPT2* model) {
                       side);
         side_marks(model->dresidual_read);
         matmul_backward_input(dgelu, a.dresidual, false, wt->fcprojw, BT, 4 * C, C);
-        if (l < L - 1) { main_waits_for(model->mlp_grads_done); }  // the layer above read dfch_t and gelu_t
+        // the layer above read dfch_t, gelu_t and residual2
+        if (l < L - 1) { main_waits_for(model->mlp_grads_done); }
+        if (model->recompute_residual2) { recompute_residual2(model, l); }
+        const float* residual2 = layer_residual2(model, l);
         bias_backward(g.fcb + l * 4 * C, a.dfch_t, a.gelu_t, partials, counters, dgelu, a.fch + l * 4 * btc, BT, 4 * C);
         side_waits_for_main();
         matmul_backward_weight(g.fcprojw + (size_t)l * 4 * C * C, a.dresidual_t, a.gelu_t, true, BT, 4 * C, C, side);
-        layernorm_transposed(a.inp_t, a.residual2 + l * btc, a.ln2_mean + l * BT, a.ln2_rstd + l * BT,
+        layernorm_transposed(a.inp_t, residual2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT,
                              p.ln2w + l * C, p.ln2b + l * C, BT, C, side);
         matmul_backward_weight(g.fcw + (size_t)l * 4 * C * C, a.dfch_t, a.inp_t, true, BT, C, 4 * C, side);
         side_marks(model->mlp_grads_done);
         matmul_backward_input(a.dbtc, a.dfch_t, true, wt->fcw, BT, C, 4 * C);
         main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, partials, a.dbtc,
-                           a.residual2 + l * btc, p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
+                           residual2, p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
         // attention: dresidual now holds d residual2, which flows unchanged into d residual
         side_waits_for_main();
         bias_backward(g.attprojb + l * C, a.dresidual_t, NULL, side_partials, side_counters, a.dresidual, NULL, BT, C,
@@ -3685,6 +3711,7 @@ typedef struct {
     int checkpoint_every, checkpoint_keep, resume, force;
     int stop_at;        // --stop-at: exit at this step after checkpointing (0: run to the end)
     int max_skips;      // --max-skips: consecutive skipped updates that end the run
+    int recompute;      // -r: 1 = the backward pass recomputes each layer's residual2 (less memory)
     int debug_nan_step;  // --debug-nan-step: a test hook, NaN gradients at this step (-1: off)
     float peak_tflops;  // 0: from the table of known GPUs
     // generation: --prompt or --prompt-file prints completions and exits
@@ -3723,6 +3750,9 @@ static void print_usage() {
         "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
         "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
         "  -a 0|1      overfit a single batch (default 0)\n"
+        "  -r 0|1      1 = recompute each layer's attention residual in the backward pass: L*B*T*C floats\n"
+        "              less memory (2.5 GB for d48 at B=8) for one C x C product per layer, 2-3%% slower,\n"
+        "              bit-identical results (default 0)\n"
         "guards (a skipped update changes no weight, moment or Adam step count)\n"
         "  -sg Z       skip an update whose gradient norm is more than Z standard deviations above the\n"
         "              mean of the last W norms, 0 = off (default %g)\n"
@@ -3865,6 +3895,7 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
         else if (strcmp(flag, "-n") == 0) { args.checkpoint_every = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-nk") == 0) { args.checkpoint_keep = parse_int_flag(flag, value); }
         else if (strcmp(flag, "-y") == 0) { args.resume = parse_int_flag(flag, value); }
+        else if (strcmp(flag, "-r") == 0) { args.recompute = parse_int_flag(flag, value); }
         else if (strcmp(flag, "--peak-tflops") == 0) { args.peak_tflops = parse_float_flag(flag, value); }
         else if (strcmp(flag, "--stop-at") == 0) { args.stop_at = parse_int_flag(flag, value); }
         else if (strcmp(flag, "--prompt") == 0) { args.prompt = value; }
@@ -3904,6 +3935,7 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
     require(args.max_skips >= 1, "--max-skips", "must be at least 1");
     require(r->use_tf32 == 0 || r->use_tf32 == 1, "-f", "must be 0 or 1");
     require(r->overfit_single_batch == 0 || r->overfit_single_batch == 1, "-a", "must be 0 or 1");
+    require(args.recompute == 0 || args.recompute == 1, "-r", "must be 0 or 1");
     require(args.val_every >= 0, "-v", "must not be negative");
     require(args.val_batches >= 0, "-m", "must not be negative");
     require(args.sample_every >= 0, "-s", "must not be negative");
@@ -4435,7 +4467,8 @@ static void run_print_config(const Run* run, int val_B) {
     const ZeroShard* shard = &run->model.shard;
     print_row("optimizer memory", "%.3f GB per GPU (AdamW m, v of %zu parameters)",
               2.0 * (shard->end - shard->begin) * sizeof(float) / 1e9, shard->end - shard->begin);
-    print_row("activation memory", "%.2f GiB", run->model.num_activations * 4.0 / 1073741824.0);
+    print_row("activation memory", "%.2f GiB%s", run->model.num_activations * 4.0 / 1073741824.0,
+              run->model.recompute_residual2 ? " (residual2 recomputed, -r 1)" : "");
     printf0("%s", rule);
 }
 
@@ -4489,6 +4522,7 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
         printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, resume_step, world, world > 1 ? "s" : "");
         if (run->log) { fprintf(run->log, "# resumed at step %d on %d GPUs\n", resume_step, world); }
     }
+    model->recompute_residual2 = args->recompute;
     gpt2_allocate_activations(model, r->B, r->T);
     bool samples = args->sample_every > 0 && args->gen_tokens > 0 && g_comm.rank == 0;
     if (samples && run->tokenizer.eot_token >= (uint32_t)c->vocab_size) {

@@ -6,17 +6,19 @@
 # While our steps run, nvidia-smi samples the GPU every 50 ms: the share of time a kernel was running
 # (busy: 100% means no idle GPU between kernels), the SM clock and the power, averaged over the
 # samples from step 3 to the end (the clock drops when a long run reaches the power limit).
-#   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [--no-torch] [--kernels]
+#   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [-r 0|1] [--no-torch] [--kernels]
 # e.g. the larger models' rows: scripts/bench.sh -e "d24" -b 16 -k softmax; scripts/bench.sh -e d48 -b 8 -k softmax
+# -r 1 runs our trainer with -r 1 (residual2 recomputed: less memory, a little slower); its rows say "/r1".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models="d12"; batches="4 8 16 32"; kinds="softmax relu"; steps=30; torch=1; kernels=0
+models="d12"; batches="4 8 16 32"; kinds="softmax relu"; steps=30; recompute=0; torch=1; kernels=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -e) models=$2; shift 2 ;;
     -b) batches=$2; shift 2 ;;
     -k) kinds=$2; shift 2 ;;
     -n) steps=$2; shift 2 ;;
+    -r) recompute=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
     --kernels) kernels=1; shift ;;
     *) echo "error: unknown argument $1 (see the header of $0)" >&2; exit 1 ;;
@@ -65,8 +67,8 @@ for model in $models; do
   for kind in $kinds; do
     for B in $batches; do
       run=${model}_${kind}_$B
-      run_sampled "$logs/ours_$run" ./train_gpt2_fp32 -e "$model" -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 -i "$data" \
-        || { echo "error: our trainer failed at $model B=$B $kind:"; tail -n 3 "$logs/ours_$run.log"; exit 1; }
+      run_sampled "$logs/ours_$run" ./train_gpt2_fp32 -e "$model" -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 \
+        -r "$recompute" -i "$data" || { echo "error: our trainer failed at $model B=$B $kind:"; tail -n 3 "$logs/ours_$run.log"; exit 1; }
       read -r busy mhz watts <<< "$(gpu_stats "$logs/ours_$run")"
       ours_ms=$(grep '^average step' "$logs/ours_$run.log" | awk '{print $3}')
       ours_gb=$(grep '^GPU memory allocated' "$logs/ours_$run.log" | awk '{print $4}')
@@ -81,7 +83,8 @@ for model in $models; do
         torch_ms=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*ms_per_step=\([0-9.]*\).*/\1/')
         torch_gb=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*peak_mem_gb=\([0-9.]*\).*/\1/')
       fi
-      rows+=("$model $kind $B $ours_ms $ours_mfu $ours_gb $torch_ms $torch_gb $busy $mhz $watts")
+      label=$model; [ "$recompute" = 1 ] && label=$model/r1
+      rows+=("$label $kind $B $ours_ms $ours_mfu $ours_gb $torch_ms $torch_gb $busy $mhz $watts")
       echo "$model $kind B=$B: ours $ours_ms ms ($phases), $ours_gb GB, GPU busy $busy% at $mhz MHz, $watts W;" \
         "PyTorch $torch_ms ms, $torch_gb GB"
     done
@@ -90,15 +93,15 @@ done
 
 echo
 echo "GPT-2 from scratch, T=1024, $steps steps, $gpu; MFU as the trainer reports it (against the GPU's dense TF32 peak)"
-printf "%-5s %-8s %3s | %9s %9s %6s %8s %6s %5s | %9s %9s %8s | %7s %7s\n" model attn B "ours ms" "tok/s" MFU "mem GB" \
+printf "%-6s %-8s %3s | %9s %9s %6s %8s %6s %5s | %9s %9s %8s | %7s %7s\n" model attn B "ours ms" "tok/s" MFU "mem GB" \
   "busy%" MHz "torch ms" "tok/s" "mem GB" "time x" "mem x"
 for row in "${rows[@]}"; do
   set -- $row
   awk -v model="$1" -v kind="$2" -v B="$3" -v ms="$4" -v mfu="$5" -v gb="$6" -v tms="$7" -v tgb="$8" -v busy="$9" \
       -v mhz="${10}" 'BEGIN {
     tok = B * 1024
-    if (tms == "-") { printf "%-5s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f %6s %5s | %9s %9s %8s | %7s %7s\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, busy, mhz, "-", "-", "-", "-", "-" }
-    else { printf "%-5s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f %6s %5s | %9.2f %9.0f %8.2f | %7.3f %7.3f\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, busy, mhz, tms, tok / tms * 1000, tgb, ms / tms, gb / tgb }
+    if (tms == "-") { printf "%-6s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f %6s %5s | %9s %9s %8s | %7s %7s\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, busy, mhz, "-", "-", "-", "-", "-" }
+    else { printf "%-6s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f %6s %5s | %9.2f %9.0f %8.2f | %7.3f %7.3f\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, busy, mhz, tms, tok / tms * 1000, tgb, ms / tms, gb / tgb }
   }'
 done
 

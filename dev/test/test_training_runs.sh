@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU test of whole training runs of ./train_gpt2_fp32 (GPT-2 124M, B=4, T=256, 2 micro-steps):
-#  - the same seed and data give bit-identical losses, norms and weights; another seed does not;
+#  - the same seed and data give bit-identical losses, norms and weights, also when the backward
+#    pass recomputes residual2 (-r 1); another seed does not;
 #  - 30 steps straight equal 15 steps + resume (-y 1) + 15 steps, bit for bit;
 #  - resume and output-directory mistakes give a one-line error and a non-zero exit; a damaged
 #    latest checkpoint makes resume fall back to the one before.
@@ -18,8 +19,11 @@ source dev/test/runs.sh
 $run -x 20 --seed 1 > "$work/a.log" 2>&1
 $run -x 20 --seed 1 > "$work/b.log" 2>&1
 $run -x 20 --seed 2 > "$work/c.log" 2>&1
+$run -x 20 --seed 1 -r 1 > "$work/r.log" 2>&1
 check "20 steps ran" grep -q "^step    20/20" "$work/a.log"
 check "same seed: bit-identical losses, norms, weights" diff <(numbers "$work/a.log") <(numbers "$work/b.log")
+check "-r 1 (residual2 recomputed): bit-identical losses, norms, weights" \
+  diff <(numbers "$work/a.log") <(numbers "$work/r.log")
 check "other seed: different weights" test "$(grep checksum "$work/a.log")" != "$(grep checksum "$work/c.log")"
 
 $run -x 30 --seed 1 -n 15 -o "$work/straight" > "$work/straight.log" 2>&1
