@@ -1528,6 +1528,18 @@ __device__ __forceinline__ void wgmma_64x32_registers(float d[16], const float a
         : WG_A4(a), "l"(b));
 }
 
+// d (64 x 64) = A B^T over HS columns, A and B each 64 rows of a panelled tile (of a_rows and b_rows
+// rows) in shared memory.
+template <int HS>
+__device__ __forceinline__ void wgmma_scores(float d[WG_KEYS / 8][4], const float* a, int a_rows, const float* b,
+                                             int b_rows) {
+#pragma unroll
+    for (int ks = 0; ks < HS / 8; ks++) {
+        wgmma_64x64_shared(&d[0][0], wgmma_descriptor(panel_step(a, ks, a_rows)),
+                           wgmma_descriptor(panel_step(b, ks, b_rows)), ks > 0);
+    }
+}
+
 // Rows [row0, row0 + ROWS) of a head's q or k into a panelled tile (cp.async; rows >= T as 0).
 template <int ROWS, int HS>
 __device__ void load_panels(float* tile, const float* head, size_t row_stride, int row0, int T) {
@@ -1632,11 +1644,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_forward_wgmma_kernel(float* 
         if (key0 <= group_query0 + WG_QUERIES - 1) {  // some key at or before some query of the warpgroup
             float s[WG_KEYS / 8][4];
             wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < HS / 8; ks++) {
-                wgmma_64x64_shared(&s[0][0], wgmma_descriptor(panel_step(q_rows, ks, WG_CTA_QUERIES)),
-                                   wgmma_descriptor(panel_step(k_tile, ks, WG_KEYS)), ks > 0);
-            }
+            wgmma_scores<HS>(s, q_rows, WG_CTA_QUERIES, k_tile, WG_KEYS);
             wgmma_commit();
             wgmma_wait_all();
             pin_registers<WG_KEYS / 2>(&s[0][0]);

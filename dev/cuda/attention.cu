@@ -5,6 +5,7 @@ Kernel lab: causal attention (softmax and ReLU), forward and backward.
   variant 3  the trainer's flash attention, split-TF32 (FP32-accurate, what -f 0 runs)
   variant 4  the trainer's flash attention, TF32, the forward on Hopper's wgmma (what -f 1 runs there)
   variant 5  variant 4 with a dQ kernel on wgmma too (below; slower than the trainer's, kept here)
+  variant 6  variant 4 with a dK/dV kernel on wgmma too (below; slower than the trainer's, kept here)
 Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
 see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
@@ -163,7 +164,7 @@ static const Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
                                          "fp32 level; fwd: the trainer's -f 0 logits tolerance; bwd: dS sums to 0 "
                                          "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
 static const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
-                                      "4 flash TF32 wgmma", "5 4 + wgmma dQ"};
+                                      "4 flash TF32 wgmma", "5 4 + wgmma dQ", "6 4 + wgmma dK/dV"};
 
 typedef struct {
     int B, T, NH, hs;
@@ -193,6 +194,32 @@ static void table_row(const char* what, Shape s, AttentionKind kind, int variant
 // threads (K^T, columns in value_position order). The 128 rows of dQ (times the scale) are staged
 // transposed and written per block of FLASH_ROWS tokens as store_columns does.
 
+// A warpgroup accumulator's rows of the CTA (times acc_scale; a warp's at warp_row + g, + 8), tokens
+// row0 on: staged transposed (stage: HS x WG_STAGE_STRIDE floats, free), then drained per block of
+// FLASH_ROWS rows into dst_t and the blocks' bias partials (partials, the next block's row_stride
+// floats on), as store_columns does.
+static const int WG_STAGE_STRIDE = WG_CTA_QUERIES + 4;
+
+template <int HS>
+__device__ void store_wgmma_columns(float* dst_t, size_t tokens, const float (&acc)[HS / 8][4], float acc_scale,
+                                    int row0, int warp_row, int T, float* partials, size_t row_stride, float* stage,
+                                    int g, int q) {
+    cg::thread_block block = cg::this_thread_block();
+    block.sync();  // every warpgroup is done with the tiles, or with a previous call's stage
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            stage[(8 * n + 2 * q + (i & 1)) * WG_STAGE_STRIDE + warp_row + g + 8 * (i >> 1)] = acc[n][i] * acc_scale;
+        }
+    }
+    block.sync();
+    for (int half = 0; half < WG_GROUPS && row0 + WG_QUERIES * half < T; half++) {
+        drain_columns<HS>(dst_t, tokens, stage + WG_QUERIES * half, WG_STAGE_STRIDE, row0 + WG_QUERIES * half, T,
+                          partials + half * row_stride);
+    }
+}
+
 template <AttentionKind KIND, int HS>
 __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(float* dqkv_t, float* bias_partials,
                                                                              float* delta, const float* dout,
@@ -200,7 +227,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
                                                                              const float* lse, int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(WG_QUERIES == FLASH_ROWS, "a warpgroup's rows are one block of the bias partials");
-    constexpr int TILE = WG_KEYS * HS, STAGE = 3 * TILE, STRIDE = WG_CTA_QUERIES + 4;
+    constexpr int TILE = WG_KEYS * HS, STAGE = 3 * TILE;
     extern __shared__ float shared_raw[];
     // q and dout (WG_CTA_QUERIES x HS each), then two stages of {K, V, K^T}; panels 1024-byte aligned
     float* q_tile = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
@@ -250,16 +277,8 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
         if (key0 <= group_query0 + WG_QUERIES - 1) {  // some key at or before some query of the warpgroup
             float s[WG_KEYS / 8][4], dp[WG_KEYS / 8][4];
             wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < HS / 8; ks++) {
-                wgmma_64x64_shared(&s[0][0], wgmma_descriptor(panel_step(q_rows, ks, WG_CTA_QUERIES)),
-                                   wgmma_descriptor(panel_step(k_tile, ks, WG_KEYS)), ks > 0);
-            }
-#pragma unroll
-            for (int ks = 0; ks < HS / 8; ks++) {
-                wgmma_64x64_shared(&dp[0][0], wgmma_descriptor(panel_step(do_rows, ks, WG_CTA_QUERIES)),
-                                   wgmma_descriptor(panel_step(k_tile + TILE, ks, WG_KEYS)), ks > 0);
-            }
+            wgmma_scores<HS>(s, q_rows, WG_CTA_QUERIES, k_tile, WG_KEYS);
+            wgmma_scores<HS>(dp, do_rows, WG_CTA_QUERIES, k_tile + TILE, WG_KEYS);
             wgmma_commit();
             wgmma_wait_all();
             pin_registers<WG_KEYS / 2>(&s[0][0]);
@@ -285,25 +304,10 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
         if (next) { store_values_transposed<HS>(next_stage + 2 * TILE, k_next); }
     }
 
-    float* stage = q_tile;  // HS x STRIDE, free after the last tile
-    block.sync();
-#pragma unroll
-    for (int n = 0; n < HS / 8; n++) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            stage[(8 * n + 2 * q + (i & 1)) * STRIDE + warp_row + g + 8 * (i >> 1)] = dq[n][i] * scale;
-        }
-    }
-    block.sync();
     size_t tokens = gridDim.x / NH * (size_t)T;
-    int blocks = ceil_div(T, FLASH_ROWS);
-    for (int half = 0; half < WG_GROUPS; half++) {
-        int row0 = query0 + WG_QUERIES * half;
-        if (row0 >= T) { break; }
-        float* partials = bias_partials + (b * blocks + row0 / FLASH_ROWS) * row_stride + h * HS;
-        drain_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, stage + WG_QUERIES * half, STRIDE, row0, T,
-                          partials);
-    }
+    float* partials = bias_partials + (b * ceil_div(T, FLASH_ROWS) + query0 / FLASH_ROWS) * row_stride + h * HS;
+    store_wgmma_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, dq, scale, query0, warp_row, T, partials,
+                            row_stride, q_tile, g, q);  // q_tile: free after the last tile
 #endif
 }
 
@@ -330,6 +334,161 @@ struct FlashBackwardWgmmaDq {
 
 // ----------------------------------------------------------------------------------------------
 // Buffers and runs
+
+// ----------------------------------------------------------------------------------------------
+// Variant 6: variant 4 with the dK/dV kernel on wgmma (TF32, hs <= 64; hs = 128 runs the trainer's):
+// flash_backward_dkdv_kernel's work with the roles of the Hopper forward. A CTA of two warpgroups
+// owns 128 keys, 64 per warpgroup, and loops over query tiles of 64 from its first key's to T,
+// double-buffered. Per tile and warpgroup (rows are keys, columns queries):
+//   S^T = K Q^T and dP^T = V dO^T: the K and V panels (the CTA's rows) against the tile's q and
+//         dout panels, all in shared memory;
+//   P^T and dS^T in registers from the queries' lse and delta (or 1/(t+1));
+//   dV += P^T dO and dK += dS^T Q, P^T and dS^T from registers: TF32 needs B K-major, so the tile's
+//         q and dout are also stored transposed by the threads (query columns in value_position
+//         order), one tile ahead.
+// dK (times the scale) and dV are staged transposed and written per block of FLASH_ROWS keys, with
+// their bias partials, as store_columns does.
+
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(WG_THREADS) flash_backward_dkdv_wgmma_kernel(float* dqkv_t, float* bias_partials,
+                                                                               const float* dout, const float* qkv,
+                                                                               const float* lse, const float* delta,
+                                                                               int T, int NH) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(WG_QUERIES == FLASH_ROWS, "a warpgroup's rows are one block of the bias partials");
+    constexpr int KEYS = WG_CTA_QUERIES, QUERIES = WG_KEYS, TILE = QUERIES * HS, STAGE = 4 * TILE;
+    extern __shared__ float shared_raw[];
+    // K and V (KEYS x HS each), two stages of {q, dout, q^T, dout^T}, then two stages of the query
+    // statistics (lse, delta); panels 1024-byte aligned
+    float* k_panel = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
+    float* v_panel = k_panel + KEYS * HS;
+    float* stages = v_panel + KEYS * HS;
+    float* stats = stages + 2 * STAGE;
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    // the warpgroup from lane 0, uniform to the compiler (wgmma under a non-uniform branch is serialised)
+    int group = warp.shfl(threadIdx.x / 128, 0), g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3;
+    int C = NH * HS, h = blockIdx.x % NH, warp_row = WG_QUERIES * group + 16 * (warp.meta_group_rank() % 4);
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C, head_rows = (b * NH + h) * T;
+    int key0 = blockIdx.y * KEYS;  // the heaviest (earliest) key blocks start first
+    int group_key0 = key0 + WG_QUERIES * group, warp_key0 = key0 + warp_row;
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    const float* do_head = dout + b * T * C + h * HS;
+    int first_tile = key0 / QUERIES, num_tiles = ceil_div(T, QUERIES);
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale), lse_scale = exp_scale / scale;
+
+    // a tile's statistics: thread t < QUERIES loads lse (softmax) of query t, the next QUERIES delta
+    auto load_stat = [&](int query0) {
+        int t = threadIdx.x % QUERIES, query = query0 + t;
+        const float* source = threadIdx.x < QUERIES ? lse : delta;
+        return KIND == ATTENTION_SOFTMAX && threadIdx.x < 2 * QUERIES && query < T ? source[head_rows + query] : 0.0f;
+    };
+    auto store_stat = [&](float* stage_stats, float value) {
+        if (threadIdx.x < 2 * QUERIES) { stage_stats[threadIdx.x] = value; }
+    };
+    load_panels<KEYS, HS>(k_panel, q_head + C, row_stride, key0, T);
+    load_panels<KEYS, HS>(v_panel, q_head + 2 * C, row_stride, key0, T);
+    load_panels<QUERIES, HS>(stages, q_head, row_stride, first_tile * QUERIES, T);
+    load_panels<QUERIES, HS>(stages + TILE, do_head, C, first_tile * QUERIES, T);
+    cp_async_commit();
+    float4 q_next[HS / 16], do_next[HS / 16];
+    load_values<HS>(q_next, q_head, row_stride, first_tile * QUERIES, T);
+    load_values<HS>(do_next, do_head, C, first_tile * QUERIES, T);
+    float stat_next = load_stat(first_tile * QUERIES);
+    store_values_transposed<HS>(stages + 2 * TILE, q_next);
+    store_values_transposed<HS>(stages + 3 * TILE, do_next);
+    store_stat(stats, stat_next);
+    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+    const float* k_rows = k_panel + WG_QUERIES * group * 32;  // the warpgroup's rows of every panel
+    const float* v_rows = v_panel + WG_QUERIES * group * 32;
+
+    for (int tile = first_tile; tile < num_tiles; tile++) {
+        cp_async_wait_all();
+        fence_proxy_async();  // this thread's tile writes, visible to the tensor cores after the barrier
+        block.sync();         // the tile is in; every warpgroup is done with the other stage
+        int parity = (tile - first_tile) & 1;
+        const float* stage = stages + parity * STAGE;
+        const float* stage_stats = stats + parity * 2 * QUERIES;
+        float* next_stage = stages + (parity ^ 1) * STAGE;
+        bool next = tile + 1 < num_tiles;
+        int query0 = tile * QUERIES;
+        if (next) {
+            load_panels<QUERIES, HS>(next_stage, q_head, row_stride, query0 + QUERIES, T);
+            load_panels<QUERIES, HS>(next_stage + TILE, do_head, C, query0 + QUERIES, T);
+            load_values<HS>(q_next, q_head, row_stride, query0 + QUERIES, T);
+            load_values<HS>(do_next, do_head, C, query0 + QUERIES, T);
+            stat_next = load_stat(query0 + QUERIES);
+        }
+        cp_async_commit();
+        if (query0 + QUERIES - 1 >= group_key0) {  // some query at or after some key of the warpgroup
+            float s[QUERIES / 8][4], dp[QUERIES / 8][4];
+            wgmma_fence();
+            wgmma_scores<HS>(s, k_rows, KEYS, stage, QUERIES);  // S^T = K q^T
+            wgmma_scores<HS>(dp, v_rows, KEYS, stage + TILE, QUERIES);  // dP^T = V dout^T
+            wgmma_commit();
+            wgmma_wait_all();
+            pin_registers<QUERIES / 2>(&s[0][0]);
+            pin_registers<QUERIES / 2>(&dp[0][0]);
+            if (query0 < warp_key0 + 15) {
+                mask_causal<QUERIES, true>(s, warp_key0, query0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
+            }
+#pragma unroll
+            for (int n = 0; n < QUERIES / 8; n++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int column = 8 * n + 2 * q + (i & 1);
+                    float column_a = KIND == ATTENTION_SOFTMAX ? stage_stats[column] * lse_scale
+                                                               : 1.0f / (query0 + column + 1);
+                    probability_and_gradient<KIND, false>(s[n][i], dp[n][i], scale, exp_scale, column_a,
+                                                          stage_stats[QUERIES + column]);
+                    s[n][i] = tf32_round(s[n][i]);
+                    dp[n][i] = tf32_round(dp[n][i]);
+                }
+            }
+            wgmma_fence();
+            wgmma_pv<HS>(dv, s, stage + 3 * TILE);  // P^T dout, as P V
+            wgmma_pv<HS>(dk, dp, stage + 2 * TILE);  // dS^T q
+            wgmma_commit();
+            wgmma_wait_all();
+            pin_registers<HS / 2>(&dv[0][0]);
+            pin_registers<HS / 2>(&dk[0][0]);
+        }
+        if (next) {
+            store_values_transposed<HS>(next_stage + 2 * TILE, q_next);
+            store_values_transposed<HS>(next_stage + 3 * TILE, do_next);
+            store_stat(stats + (parity ^ 1) * 2 * QUERIES, stat_next);
+        }
+    }
+
+    size_t tokens = gridDim.x / NH * (size_t)T, dk_row = C + h * HS;  // dK's first row of dqkv_t; dV's C on
+    float* partials = bias_partials + (b * ceil_div(T, FLASH_ROWS) + key0 / FLASH_ROWS) * row_stride + dk_row;
+    float* dk_t = dqkv_t + dk_row * tokens + b * T;
+    store_wgmma_columns<HS>(dk_t, tokens, dk, scale, key0, warp_row, T, partials, row_stride, stages, g, q);
+    store_wgmma_columns<HS>(dk_t + C * tokens, tokens, dv, 1.0f, key0, warp_row, T, partials + C, row_stride, stages,
+                            g, q);  // stages: free after the last tile
+#endif
+}
+
+// The trainer's backward launcher with variant 6's dK/dV kernel in place of its own.
+struct FlashBackwardWgmmaDkdv {
+    FlashBackward trainer;
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        trainer.run_dq<KIND, HS, SPLIT>();
+        if constexpr (SPLIT || HS > 64) {
+            trainer.run_dkdv<KIND, HS, SPLIT>();
+        } else {
+            static bool configured = false;
+            size_t shared = (2 * WG_CTA_QUERIES * HS + 8 * WG_KEYS * HS + 4 * WG_KEYS) * sizeof(float) + 1024;
+            flash_set_shared(flash_backward_dkdv_wgmma_kernel<KIND, HS>, shared, &configured);
+            const FlashBackward& t = trainer;
+            dim3 grid(t.B * t.NH, ceil_div(t.T, WG_CTA_QUERIES));
+            flash_backward_dkdv_wgmma_kernel<KIND, HS><<<grid, WG_THREADS, shared>>>(
+                t.dqkv_t, t.bias_partials, t.dout, t.qkv, t.lse, t.delta, t.T, t.NH);
+            cudaCheck(cudaGetLastError());
+        }
+    }
+};
 
 typedef struct {
     Shape shape;
@@ -390,6 +549,12 @@ static void run_backward(Buffers* d, AttentionKind kind, int variant) {
         g_wgmma = true;
         FlashBackwardWgmmaDq launch = {{d->dqkv_t, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
         flash_dispatch(launch, s.hs, kind, false, "variant 5");
+        column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
+    } else if (variant == 6) {
+        g_wgmma = true;
+        FlashBackwardWgmmaDkdv launch = {
+            {d->dqkv_t, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
+        flash_dispatch(launch, s.hs, kind, false, "variant 6");
         column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
     } else {
         g_wgmma = variant == 4;
@@ -636,7 +801,7 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
 // (whole 16-row warp tiles up to the diagonal; split-TF32's three mma's counted as one product).
 static double convention_forward_flops(Shape s) { return 4.0 * s.B * s.NH * (double)s.T * s.T * s.hs / 2; }
 
-static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq, double* forward,
+static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq, bool wgmma_dkdv, double* forward,
                                  double* backward) {
     int forward_keys = flash_forward_keys(s.hs), dq_keys = FLASH_DQ_KEYS;
     int queries = flash_dkdv_queries(s.hs, split);
@@ -653,17 +818,21 @@ static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq,
     }
     double heads = (double)s.B * s.NH, unit = 2.0 * 16 * s.hs;
     *forward = heads * unit * forward_tiles * forward_keys * 2;
-    if (wgmma) {  // 64 x WG_KEYS tiles per warpgroup, from key 0 to its last query; dQ's for hs <= 64
-        double group_tiles = 0;
-        for (int block0 = 0; block0 < s.T; block0 += WG_CTA_QUERIES) {
-            for (int row0 = block0; row0 < std::min(block0 + WG_CTA_QUERIES, s.T); row0 += WG_QUERIES) {
-                group_tiles += ceil_div(std::min(row0 + WG_QUERIES, s.T), WG_KEYS);
-            }
-        }
-        *forward = heads * unit * 4 * group_tiles * WG_KEYS * 2;
-        if (wgmma_dq && s.hs <= 64) { *backward += heads * unit * (4 * group_tiles * WG_KEYS - dq_tiles * dq_keys) * 3; }
-    }
     *backward = heads * unit * (dq_tiles * dq_keys * 3 + dkdv_tiles * queries * 4);
+    if (!wgmma) { return; }
+    // 64 x WG_KEYS tiles per warpgroup: the forward's and dQ's from key 0 to the warpgroup's last
+    // query, dK/dV's from its first key's query tile to T; the wgmma backward kernels for hs <= 64
+    double group_tiles = 0, group_dkdv_tiles = 0;
+    for (int block0 = 0; block0 < s.T; block0 += WG_CTA_QUERIES) {
+        for (int row0 = block0; row0 < std::min(block0 + WG_CTA_QUERIES, s.T); row0 += WG_QUERIES) {
+            group_tiles += ceil_div(std::min(row0 + WG_QUERIES, s.T), WG_KEYS);
+            group_dkdv_tiles += ceil_div(s.T, WG_KEYS) - row0 / WG_KEYS;
+        }
+    }
+    *forward = heads * unit * 4 * group_tiles * WG_KEYS * 2;
+    if (s.hs > 64) { return; }
+    if (wgmma_dq) { *backward += heads * unit * (4 * group_tiles * WG_KEYS - dq_tiles * dq_keys) * 3; }
+    if (wgmma_dkdv) { *backward += heads * unit * (4 * group_dkdv_tiles * WG_KEYS - dkdv_tiles * queries) * 4; }
 }
 
 template <typename Run>
@@ -697,7 +866,7 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
     double conv_forward = convention_forward_flops(s), conv_backward = 2.5 * conv_forward;
     double exec_forward = conv_forward * 2, exec_backward = conv_backward * 8 / 5;  // full T x T products
     if (variant != 1) {
-        flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, &exec_forward, &exec_backward);
+        flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, variant == 6, &exec_forward, &exec_backward);
     }
     double tf_forward = conv_forward / forward_ms * 1e-9, tf_backward = conv_backward / backward_ms * 1e-9;
     char forward[64], backward[64], note[128];
@@ -782,14 +951,14 @@ int main(int argc, char** argv) {
             continue;
         }
         int v = atoi(argv[i]);
-        if (v < 1 || v > 5) { fail("variant '%s': expected 1 to 5", argv[i]); }
+        if (v < 1 || v > 6) { fail("variant '%s': expected 1 to 6", argv[i]); }
         variants.push_back(v);
     }
     if (!cuda_setup(true)) { fail("no CUDA device"); }
     bool hopper = g_wgmma;
-    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5} : std::vector<int>{1, 2, 3}; }
+    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6} : std::vector<int>{1, 2, 3}; }
     if (!hopper && std::any_of(variants.begin(), variants.end(), [](int v) { return v >= 4; })) {
-        fail("variants 4 and 5 need a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
+        fail("variants 4 to 6 need a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
     }
     bool materialised = std::find(variants.begin(), variants.end(), 1) != variants.end();
     const AttentionKind kinds[] = {ATTENTION_SOFTMAX, ATTENTION_RELU};
