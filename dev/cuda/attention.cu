@@ -540,22 +540,26 @@ static void run_forward(Buffers* d, AttentionKind kind, int variant) {
     }
 }
 
+// A lab launcher (the trainer's FlashBackward with one of its kernels replaced), then the qkv bias
+// gradient from the partials, as flash_attention_backward does.
+template <typename Launch>
+static void run_lab_backward(Buffers* d, AttentionKind kind, const char* what) {
+    Shape s = d->shape;
+    g_wgmma = true;
+    Launch launch = {{d->dqkv_t, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
+    flash_dispatch(launch, s.hs, kind, false, what);
+    column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
+}
+
 static void run_backward(Buffers* d, AttentionKind kind, int variant) {
     Shape s = d->shape;
     if (variant == 1) {
         attention_backward(d->dqkv, d->dqkvr, d->datt, d->heads, d->qkvr, d->dout, d->qkv, d->att, s.B, s.T,
                            s.NH * s.hs, s.NH, kind);
     } else if (variant == 5) {
-        g_wgmma = true;
-        FlashBackwardWgmmaDq launch = {{d->dqkv_t, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
-        flash_dispatch(launch, s.hs, kind, false, "variant 5");
-        column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
+        run_lab_backward<FlashBackwardWgmmaDq>(d, kind, "variant 5");
     } else if (variant == 6) {
-        g_wgmma = true;
-        FlashBackwardWgmmaDkdv launch = {
-            {d->dqkv_t, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
-        flash_dispatch(launch, s.hs, kind, false, "variant 6");
-        column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
+        run_lab_backward<FlashBackwardWgmmaDkdv>(d, kind, "variant 6");
     } else {
         g_wgmma = variant == 4;
         flash_attention_backward(d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B,
