@@ -462,9 +462,8 @@ static void layernorm_forward(float* out, float* mean, float* rstd, float* resid
 // A thread per float4 channel (the block spans a row; C <= 2048), the grid as many blocks as fit
 // on the chip at once. A block takes LAYERNORM_BACKWARD_ROWS rows at a time, their dout, inp and
 // dinp loaded before the first use; each row's two sums over C go through shared memory. Every
-// block writes its dweight and dbias shares to partials[block][2C]; after a grid-wide barrier
-// (cooperative launch) the blocks add the partials in block order, a group of columns each.
-// Deterministic for a fixed grid.
+// block writes its dweight and dbias shares to partials[block][2C]; a second kernel adds the
+// partials in block order, a block per group of columns. Deterministic for a fixed grid.
 static const int LAYERNORM_BACKWARD_ROWS = 4;
 static const int LAYERNORM_BACKWARD_MAX_BLOCKS_PER_SM = 8;
 static const int FINAL_SUM_COLUMNS = 8;  // float4 columns per group of the final sum
@@ -497,9 +496,8 @@ __device__ void final_sum_column_group(float* dweight, float* dbias, const float
     __syncthreads();  // stripe_sums is reused by the next group
 }
 
-__global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* dbias, float* partials,
-                                          const float* dout, const float* inp, const float* weight, const float* mean,
-                                          const float* rstd, int N, int C) {
+__global__ void layernorm_backward_kernel(float* dinp, float* partials, const float* dout, const float* inp,
+                                          const float* weight, const float* mean, const float* rstd, int N, int C) {
     const int ROWS = LAYERNORM_BACKWARD_ROWS;
     __shared__ float2 warp_sums[2][ROWS][32];  // [step parity][row][warp]: sum of g, of g * xhat
     cg::thread_block block = cg::this_thread_block();
@@ -549,15 +547,19 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* db
         ((float4*)partials)[(size_t)blockIdx.x * 2 * C4 + c4] = dw;
         ((float4*)partials)[(size_t)blockIdx.x * 2 * C4 + C4 + c4] = db;
     }
-    cg::this_grid().sync();
-    for (int group = blockIdx.x; group < final_sum_groups(C); group += gridDim.x) {
-        final_sum_column_group(dweight, dbias, (const float4*)partials, gridDim.x, C4, group);
-    }
+}
+
+// dweight, dbias += the sums of the blocks' partials, a block per column group; queued with
+// launch_pdl, so that it is launched while the row kernel's last blocks run.
+__global__ void layernorm_backward_sums_kernel(float* dweight, float* dbias, const float* partials, int num_partials,
+                                               int C) {
+    pdl_wait();
+    final_sum_column_group(dweight, dbias, (const float4*)partials, num_partials, C / 4, blockIdx.x);
 }
 
 static int layernorm_backward_block(int C) { return ceil_div(C / 4, 32) * 32; }
 
-// As many blocks as fit at once (a grid-wide barrier needs them all resident), at most 8 per SM.
+// As many blocks as fit at once, at most 8 per SM: each block loops over rows.
 static int layernorm_backward_grid(int C) {
     static int cached_C = 0, cached_grid = 0;
     if (C != cached_C) {
@@ -575,9 +577,10 @@ static int layernorm_backward_grid(int C) {
 static void layernorm_backward(float* dinp, float* dweight, float* dbias, float* partials, const float* dout,
                                const float* inp, const float* weight, const float* mean, const float* rstd, int N,
                                int C) {
-    void* args[] = {&dinp, &dweight, &dbias, &partials, &dout, &inp, &weight, &mean, &rstd, &N, &C};
-    cudaCheck(cudaLaunchCooperativeKernel((void*)layernorm_backward_kernel, layernorm_backward_grid(C),
-                                          layernorm_backward_block(C), args, 0, 0));
+    int grid = layernorm_backward_grid(C);
+    layernorm_backward_kernel<<<grid, layernorm_backward_block(C)>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C);
+    cudaCheck(cudaGetLastError());
+    launch_pdl(layernorm_backward_sums_kernel, final_sum_groups(C), 256, dweight, dbias, partials, grid, C);
 }
 
 // ----------------------------------------------------------------------------------------------

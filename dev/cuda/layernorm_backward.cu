@@ -8,15 +8,18 @@ blocks' shares are combined decides the speed and whether the result is bit-iden
 
   variant 1  naive: a thread per row (dinp), then a thread per channel summing all rows in order
   variant 2  warp per row, per-block sums, float atomicAdd into dweight/dbias (not deterministic)
-  variant 3  warp per row, per-block partial sums, a second kernel adds them in block order
+  variant 3  warp per row, per-block partial sums, a second kernel (the trainer's
+             layernorm_backward_sums_kernel) adds them in block order
   variant 4  one launch, warp per row, the last block to finish adds the partials
              (arrive_last_in_group): the trainer's until variant 6 replaced it
   variant 5  as 3 in one cooperative launch: after a grid-wide barrier every block adds a slice of
              the partials (the final sum spread over the chip instead of one block)
   variant 6  the trainer's layernorm_backward: a thread per float4 channel and a block per group
              of rows: the accumulators are one float4 each whatever C; 4 rows in flight per
-             thread; each row's sums over the block through shared memory; cooperative launch,
-             the final sum spread as in 5
+             thread; each row's sums over the block through shared memory; the final sum a second
+             kernel as in 3 (queued with programmatic dependent launch). Until 2026-11-25 it was one
+             cooperative launch with the final sum spread as in 5: as fast alone, but a grid that
+             must be resident all at once waited for the side stream's products to leave the SMs
   variant 7  as 5 with each warp's dweight and dbias shares in its slice of shared memory instead
              of registers: fewer registers, more warps per SM (the main phase is latency-bound)
 
@@ -36,7 +39,7 @@ static const char* const VARIANT_NAMES[] = {
     "3 warp per row, block partials + finalize kernel",
     "4 warp per row, last block sums (trainer before 6)",
     "5 warp per row, cooperative grid sync, spread sum",
-    "6 trainer: thread per channel, rows in flight, grid sync",
+    "6 trainer: thread per channel, rows in flight, sums kernel",
     "7 as 5, the warps' shares in shared memory",
 };
 
@@ -182,10 +185,6 @@ __global__ void partials_kernel(float* dinp, float* partials, const float* dout,
     for (int i = threadIdx.x; i < C / 2; i += blockDim.x) { ((float4*)partials)[(size_t)blockIdx.x * (C / 2) + i] = block_sums[i]; }
 }
 
-__global__ void finalize_kernel(float* dweight, float* dbias, const float* partials, int num_partials, int C) {
-    final_sum_column_group(dweight, dbias, (const float4*)partials, num_partials, C / 4, blockIdx.x);
-}
-
 // Variant 4: the partials summed in block order by the last block to finish.
 template <int CHUNKS>
 __global__ void last_block_kernel(float* dinp, float* dweight, float* dbias, float* partials, unsigned int* counter,
@@ -282,7 +281,7 @@ static void launch_warp_row_variant(int variant, const Buffers& d) {
         partials_kernel<CHUNKS><<<grid, WARP_ROW_BLOCK, shared>>>(d.dinp, d.partials, d.dout, d.inp, d.weight, d.mean,
                                                                   d.rstd, d.N, d.C);
         cudaCheck(cudaGetLastError());
-        finalize_kernel<<<final_sum_groups(d.C), 256>>>(d.dweight, d.dbias, d.partials, grid, d.C);
+        layernorm_backward_sums_kernel<<<final_sum_groups(d.C), 256>>>(d.dweight, d.dbias, d.partials, grid, d.C);
     } else if (variant == 4) {
         int grid = resident_grid(last_block_kernel<CHUNKS>, WARP_ROW_BLOCK, shared);
         last_block_kernel<CHUNKS><<<grid, WARP_ROW_BLOCK, shared>>>(d.dinp, d.dweight, d.dbias, d.partials, d.counter,
