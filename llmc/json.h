@@ -109,7 +109,7 @@ static inline bool json_unicode_escape(JsonCursor* c, size_t escape_start, uint3
         return json_error_at(c, escape_start, "lone high surrogate in \\u escape");
     }
     c->pos += 2;
-    uint32_t low;
+    uint32_t low = 0;
     if (!json_hex4(c, &low)) { return false; }
     if (low < 0xDC00 || low >= 0xE000) { return json_error_at(c, escape_start, "lone high surrogate in \\u escape"); }
     *cp = 0x10000 + ((*cp - 0xD800) << 10) + (low - 0xDC00);
@@ -121,7 +121,7 @@ static inline bool json_escape(JsonCursor* c, std::string* out) {
     size_t escape_start = c->pos++;
     if (c->pos >= c->size) { return json_error(c, "unterminated string"); }
     uint8_t e = c->data[c->pos];
-    uint32_t cp;
+    uint32_t cp = 0;
     switch (e) {
         case '"': case '\\': case '/': cp = e; break;
         case 'b': cp = '\b'; break;
