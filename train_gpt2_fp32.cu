@@ -1543,14 +1543,15 @@ __device__ __forceinline__ void wgmma_scores(float d[WG_KEYS / 8][4], const floa
     }
 }
 
-// Rows [row0, row0 + ROWS) of a head's q or k into a panelled tile (cp.async; rows >= T as 0).
-template <int ROWS, int HS>
+// Rows [row0, row0 + ROWS) of a head's q or k into a panelled tile (cp.async; rows >= T as 0), by
+// the block's first THREADS threads.
+template <int ROWS, int HS, int THREADS = WG_THREADS>
 __device__ void load_panels(float* tile, const float* head, size_t row_stride, int row0, int T) {
     constexpr int CHUNKS = HS / 4;
-    static_assert(ROWS * CHUNKS % WG_THREADS == 0, "whole passes");
+    static_assert(ROWS * CHUNKS % THREADS == 0, "whole passes");
 #pragma unroll
-    for (int pass = 0; pass < ROWS * CHUNKS / WG_THREADS; pass++) {
-        int idx = threadIdx.x + pass * WG_THREADS, row = idx / CHUNKS, c = idx % CHUNKS;
+    for (int pass = 0; pass < ROWS * CHUNKS / THREADS; pass++) {
+        int idx = threadIdx.x + pass * THREADS, row = idx / CHUNKS, c = idx % CHUNKS;
         bool valid = row0 + row < T;
         const float* src = valid ? head + (size_t)(row0 + row) * row_stride + 4 * c : head;
         cp_async16(tile + panel_offset(row, 4 * c, ROWS), src, valid);
@@ -1597,6 +1598,34 @@ __device__ __forceinline__ void wgmma_pv(float o[HS / 8][4], const float s[WG_KE
         } else {
 #pragma unroll
             for (int n = 0; n < HS / 64; n++) { wgmma_64x64_registers(&o[8 * n][0], a, wgmma_descriptor(b + 64 * 32 * n)); }
+        }
+    }
+}
+
+// A warp's rows warp_query0 + g and + 8 of the output, o normalised: softmax by the row sums (and
+// their log-sum-exp written to lse), ReLU by 1/(t+1).
+template <AttentionKind KIND, int HS>
+__device__ void store_forward_rows(float* out, float* lse, const float o[HS / 8][4], const float row_max[2],
+                                   const float row_sum[2], size_t b, int h, int NH, int T, int warp_query0,
+                                   float scale, const cg::thread_block_tile<32>& warp) {
+    int g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3;
+    float row_scale[2];
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int row = warp_query0 + g + 8 * half;
+        if (KIND == ATTENTION_SOFTMAX) {
+            float sum = row_sum[half] + warp.shfl_xor(row_sum[half], 1);
+            sum += warp.shfl_xor(sum, 2);
+            row_scale[half] = 1.0f / sum;
+            if (q == 0 && row < T) { lse[(b * NH + h) * T + row] = row_max[half] * scale + logf(sum); }
+        } else {
+            row_scale[half] = 1.0f / (row + 1);
+        }
+        if (row >= T) { continue; }
+        float* out_row = out + (b * T + row) * NH * HS + h * HS + 2 * q;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            *(float2*)(out_row + 8 * n) = make_float2(o[n][2 * half] * row_scale[half], o[n][2 * half + 1] * row_scale[half]);
         }
     }
 }
@@ -1679,25 +1708,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_forward_wgmma_kernel(float* 
         if (next) { store_values_transposed<HS>(next_stage + TILE, v_next); }
     }
 
-    float row_scale[2];
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int row = warp_query0 + g + 8 * half;
-        if (KIND == ATTENTION_SOFTMAX) {
-            float sum = row_sum[half] + warp.shfl_xor(row_sum[half], 1);
-            sum += warp.shfl_xor(sum, 2);
-            row_scale[half] = 1.0f / sum;
-            if (q == 0 && row < T) { lse[(b * NH + h) * T + row] = row_max[half] * scale + logf(sum); }
-        } else {
-            row_scale[half] = 1.0f / (row + 1);
-        }
-        if (row >= T) { continue; }
-        float* out_row = out + (b * T + row) * C + h * HS + 2 * q;
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++) {
-            *(float2*)(out_row + 8 * n) = make_float2(o[n][2 * half] * row_scale[half], o[n][2 * half + 1] * row_scale[half]);
-        }
-    }
+    store_forward_rows<KIND, HS>(out, lse, o, row_max, row_sum, b, h, NH, T, warp_query0, scale, warp);
 #endif
 }
 
