@@ -1021,9 +1021,13 @@ __device__ __forceinline__ float tf32_round(float x) {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
 }
 
+// tf32_round as the tensor cores see it: they read only the top 19 bits, so the carry into them
+// is all the rounding needs (one instruction; the low bits are left, not cleared).
+__device__ __forceinline__ float tf32_round_for_mma(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
+
 // An operand held in registers: rounded to TF32, or kept whole for the split products.
 template <bool SPLIT>
-__device__ __forceinline__ float tf32_operand(float x) { return SPLIT ? x : tf32_round(x); }
+__device__ __forceinline__ float tf32_operand(float x) { return SPLIT ? x : tf32_round_for_mma(x); }
 
 __device__ __forceinline__ void mma_m16n8k8(float d[4], const float a[4], const float b[2]) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -1696,7 +1700,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_forward_wgmma_kernel(float* 
             for (int n = 0; n < WG_KEYS / 8; n++) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    s[n][i] = tf32_round(KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f));
+                    s[n][i] = tf32_round_for_mma(KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f));
                 }
             }
             wgmma_fence();

@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
                 for (int i = 0; i < 4; i++) {
                     probability_and_gradient<KIND, false>(s[n][i], dp[n][i], scale, exp_scale, stat_a[i / 2],
                                                           stat_b[i / 2]);
-                    dp[n][i] = tf32_round(dp[n][i]);
+                    dp[n][i] = tf32_round_for_mma(dp[n][i]);
                 }
             }
             wgmma_fence();
@@ -444,8 +444,8 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dkdv_wgmma_kernel(f
                                                                : 1.0f / (query0 + column + 1);
                     probability_and_gradient<KIND, false>(s[n][i], dp[n][i], scale, exp_scale, column_a,
                                                           stage_stats[QUERIES + column]);
-                    s[n][i] = tf32_round(s[n][i]);
-                    dp[n][i] = tf32_round(dp[n][i]);
+                    s[n][i] = tf32_round_for_mma(s[n][i]);
+                    dp[n][i] = tf32_round_for_mma(dp[n][i]);
                 }
             }
             wgmma_fence();
@@ -657,7 +657,7 @@ __device__ __forceinline__ void pipelined_consumer(float* out, float* lse, const
         for (int n = 0; n < WG_KEYS / 8; n++) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                p[n][i] = tf32_round(KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f));
+                p[n][i] = tf32_round_for_mma(KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f));
             }
         }
     };
