@@ -1590,6 +1590,29 @@ __device__ void store_values_transposed(float* v_t, const float4 v[HS / 16]) {
     }
 }
 
+// A warp's rows g and g + 8 of a wgmma accumulator times their factors (o by online_softmax's corrections).
+template <int N>
+__device__ __forceinline__ void scale_accumulator_rows(float acc[N / 8][4], const float factor[2]) {
+#pragma unroll
+    for (int n = 0; n < N / 8; n++) {
+        acc[n][0] *= factor[0], acc[n][1] *= factor[0];
+        acc[n][2] *= factor[1], acc[n][3] *= factor[1];
+    }
+}
+
+// P for the P V product, rounded to TF32: the softmax's (s after online_softmax) or ReLU's, relu(s * scale).
+template <AttentionKind KIND>
+__device__ __forceinline__ void probabilities_for_pv(float p[WG_KEYS / 8][4], const float s[WG_KEYS / 8][4],
+                                                     float scale) {
+#pragma unroll
+    for (int n = 0; n < WG_KEYS / 8; n++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            p[n][i] = tf32_round_for_mma(KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f));
+        }
+    }
+}
+
 // o (64 x HS) += P (s, 64 x WG_KEYS, TF32-rounded) V, V^T panelled in shared memory.
 template <int HS>
 __device__ __forceinline__ void wgmma_pv(float o[HS / 8][4], const float s[WG_KEYS / 8][4], const float* v_t) {
@@ -1690,19 +1713,9 @@ __global__ void __launch_bounds__(WG_THREADS) flash_forward_wgmma_kernel(float* 
             if (KIND == ATTENTION_SOFTMAX) {
                 float correction[2];  // rows g and g + 8 have seen key 0 in tile 0: the maxima are finite
                 online_softmax<WG_KEYS, false>(s, row_max, row_sum, correction, exp_scale, warp);
-#pragma unroll
-                for (int n = 0; n < HS / 8; n++) {
-                    o[n][0] *= correction[0], o[n][1] *= correction[0];
-                    o[n][2] *= correction[1], o[n][3] *= correction[1];
-                }
+                scale_accumulator_rows<HS>(o, correction);
             }
-#pragma unroll
-            for (int n = 0; n < WG_KEYS / 8; n++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    s[n][i] = tf32_round_for_mma(KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f));
-                }
-            }
+            probabilities_for_pv<KIND>(s, s, scale);
             wgmma_fence();
             wgmma_pv<HS>(o, s, k_tile + TILE);
             wgmma_commit();

@@ -648,18 +648,8 @@ __device__ __forceinline__ void pipelined_consumer(float* out, float* lse, const
             pin_registers<WG_KEYS / 2>(&p[0][0]);
             mbarrier_arrive(&empty[previous]);
         }
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++) {
-            o[n][0] *= correction[0], o[n][1] *= correction[0];
-            o[n][2] *= correction[1], o[n][3] *= correction[1];
-        }
-#pragma unroll
-        for (int n = 0; n < WG_KEYS / 8; n++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                p[n][i] = tf32_round_for_mma(KIND == ATTENTION_SOFTMAX ? s[n][i] : fmaxf(s[n][i] * scale, 0.0f));
-            }
-        }
+        scale_accumulator_rows<HS>(o, correction);
+        probabilities_for_pv<KIND>(p, s, scale);
     };
     step(0, std::true_type());
     for (int tile = 1; tile < my_tiles; tile++) { step(tile, std::false_type()); }
