@@ -198,27 +198,27 @@ static void table_row(const char* what, Shape s, AttentionKind kind, int variant
 // transposed and written per block of FLASH_ROWS tokens as store_columns does.
 
 // A warpgroup accumulator's rows of the CTA (times acc_scale; a warp's at warp_row + g, + 8), tokens
-// row0 on: staged transposed (stage: HS x WG_STAGE_STRIDE floats, free), then drained per block of
-// FLASH_ROWS rows into dst_t and the blocks' bias partials (partials, the next block's row_stride
+// row0 on: staged transposed (stage: HS x (WG_CTA_QUERIES + 4) floats, free), then drained per block
+// of FLASH_ROWS rows into dst_t and the blocks' bias partials (partials, the next block's row_stride
 // floats on), as store_columns does.
-static const int WG_STAGE_STRIDE = WG_CTA_QUERIES + 4;
 
 template <int HS>
 __device__ void store_wgmma_columns(float* dst_t, size_t tokens, const float (&acc)[HS / 8][4], float acc_scale,
                                     int row0, int warp_row, int T, float* partials, size_t row_stride, float* stage,
                                     int g, int q) {
+    constexpr int STAGE_STRIDE = WG_CTA_QUERIES + 4;
     cg::thread_block block = cg::this_thread_block();
     block.sync();  // every warpgroup is done with the tiles, or with a previous call's stage
 #pragma unroll
     for (int n = 0; n < HS / 8; n++) {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            stage[(8 * n + 2 * q + (i & 1)) * WG_STAGE_STRIDE + warp_row + g + 8 * (i >> 1)] = acc[n][i] * acc_scale;
+            stage[(8 * n + 2 * q + (i & 1)) * STAGE_STRIDE + warp_row + g + 8 * (i >> 1)] = acc[n][i] * acc_scale;
         }
     }
     block.sync();
     for (int half = 0; half < WG_GROUPS && row0 + WG_QUERIES * half < T; half++) {
-        drain_columns<HS>(dst_t, tokens, stage + WG_QUERIES * half, WG_STAGE_STRIDE, row0 + WG_QUERIES * half, T,
+        drain_columns<HS>(dst_t, tokens, stage + WG_QUERIES * half, STAGE_STRIDE, row0 + WG_QUERIES * half, T,
                           partials + half * row_stride);
     }
 }
@@ -515,7 +515,6 @@ struct FlashBackwardWgmmaDkdv {
 
 static const int PP_STAGES = 3;
 static const int PP_THREADS = 3 * 128;
-static const int PP_PRODUCER_REGISTERS = 152, PP_CONSUMER_REGISTERS = 176;  // 128 x 152 + 256 x 176 <= 64K
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned int count) {
@@ -689,12 +688,13 @@ __global__ void __launch_bounds__(PP_THREADS, 1) flash_forward_pipelined_kernel(
     __syncthreads();
     // the role from lane 0, uniform to the compiler (wgmma under a non-uniform branch is serialised)
     int role = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
+    constexpr int PRODUCER_REGISTERS = 152, CONSUMER_REGISTERS = 176;  // 128 x 152 + 256 x 176 <= 64K
     if (role == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PP_PRODUCER_REGISTERS));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGISTERS));
         pipelined_producer<KIND, HS>(q_tile, k_stages, vt_stages, v_rows, full, empty, q_head, row_stride, C, query0,
                                      num_tiles, T);
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(PP_CONSUMER_REGISTERS));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGISTERS));
         pipelined_consumer<KIND, HS>(out, lse, q_tile, k_stages, vt_stages, full, empty, b, h, NH, T, query0,
                                      num_tiles, role - 1);
     }
