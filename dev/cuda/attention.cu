@@ -8,6 +8,8 @@ Kernel lab: causal attention (softmax and ReLU), forward and backward.
   variant 6  variant 4 with a dK/dV kernel on wgmma too (below; slower than the trainer's, kept here)
   variant 7  variant 4 with a pipelined forward: a producer warpgroup and two consumers (below;
              slower than the trainer's, kept here)
+  variant 8  variant 4 with one backward kernel: dK/dV's CTAs add dQ's shares in a fixed order
+             (below; slower than the trainer's, kept here)
 Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
 see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
@@ -167,7 +169,7 @@ static const Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
                                          "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
 static const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
                                       "4 flash TF32 wgmma", "5 4 + wgmma dQ", "6 4 + wgmma dK/dV",
-                                      "7 4, pipelined fwd"};
+                                      "7 4, pipelined fwd", "8 4 + fused bwd"};
 
 typedef struct {
     int B, T, NH, hs;
@@ -720,6 +722,268 @@ struct FlashForwardPipelined {
     }
 };
 
+// ----------------------------------------------------------------------------------------------
+// Variant 8: variant 4 with one backward kernel (TF32, hs <= 64; others run the trainer's two): the
+// dK/dV kernel's CTA per 64 keys also multiplies its dS by its keys, dQ's share of those keys, and
+// adds it into dQ (kept in dqkv_t) in a fixed order, so the bits do not depend on scheduling:
+//   - a CTA takes query tiles from its diagonal to T, and tile i receives the shares of key blocks
+//     i, i - 1, ..., 0 in that order: block j waits on the tile's counter to read i - j, adds (the
+//     diagonal block writes), and sets it to i - j + 1 (block 0, which adds last, back to 0 for the
+//     next launch); running side by side, block j + 1 has passed tile i a step before block j;
+//   - CTAs take their (head, key block) from a counter (atomicInc), a head's blocks one after the
+//     other from the last, so a block only ever waits on a block that already runs or ran (no
+//     deadlock, whatever the hardware's launch order), and a tile's adds stay close in time (L2);
+//   - delta (softmax) comes from a small kernel before, as the dQ kernel no longer runs.
+// dS goes through shared memory (dS^T rows are keys, as the dK/dV products hold it) to become the
+// B operand of dQ^T (hs x 16 queries per warp) = K^T dS^T, K staying in shared memory as well.
+// Slower than the trainer's two kernels (H100, B=16, backward ms, softmax / ReLU): 0.94 /
+// 0.96-0.98 against 0.68 / 0.65. Without the adds (dQ wrong) it took 0.62 / 0.56, so the
+// products gain 10% and the ordered adds cost 0.3 ms: each tile's share goes out and back
+// through L2 while the CTA waits (2 CTAs per multiprocessor, 255 registers, leave little to
+// overlap). Also measured (softmax): CTAs in key-block-major order (tiles from T down, the adds
+// in order 0, 1, ..., i) 1.00 ms; the adds as red.add without loads, 1.06 ms.
+
+// delta[(b, h, t)] = dout . out over the head's hs columns; HS / 4 lanes per row.
+template <int HS>
+__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int rows, int T, int NH) {
+    constexpr int LANES = HS / 4;
+    cg::thread_block_tile<LANES> lanes = cg::tiled_partition<LANES>(cg::this_thread_block());
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / LANES;  // (b, t, h): token-major, as stored
+    if (row >= (size_t)rows) { return; }
+    float4 d = ((const float4*)dout)[row * LANES + lanes.thread_rank()];
+    float4 o = ((const float4*)out)[row * LANES + lanes.thread_rank()];
+    float sum = cg::reduce(lanes, sum4(d * o), cg::plus<float>());
+    size_t bt = row / NH, b = bt / T;
+    int h = row % NH, t = bt % T;
+    if (lanes.thread_rank() == 0) { delta[(b * NH + h) * T + t] = sum; }
+}
+
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_release(unsigned int* p, unsigned int v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+static const int FUSED_QUERIES = 64;                      // queries per tile = FLASH_ROWS: one tile per dQ block
+static const int FUSED_DS_STRIDE = FUSED_QUERIES + 4;     // dS^T rows: conflict-free B fragment loads
+
+// counters: [0] the work counter, then one per (b, h, query tile), all 0 between launches.
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(FLASH_THREADS, 2)
+    flash_backward_fused_kernel(float* dqkv_t, float* bias_partials, unsigned int* counters, const float* dout,
+                                const float* qkv, const float* lse, const float* delta, int B, int T, int NH) {
+    constexpr int QUERIES = FUSED_QUERIES, TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
+    static_assert(QUERIES == FLASH_ROWS && HS <= 64, "a query tile is one block of dQ and of the bias partials");
+    extern __shared__ float smem[];  // two stages of load_query_stage, the K tile, dS^T, column sums
+    float* k_tile = smem + 2 * STAGE;
+    float* ds_tile = k_tile + FLASH_ROWS * HS;
+    float* q_sums = ds_tile + FLASH_ROWS * FUSED_DS_STRIDE;  // FLASH_WARPS x HS
+    __shared__ unsigned int work;
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3, w = warp.meta_group_rank(), warp_row = 16 * w;
+    FragmentOffsets off = fragment_offsets<HS>(g, q);
+    int num_blocks = ceil_div(T, FLASH_ROWS), num_tiles = ceil_div(T, QUERIES);
+    if (threadIdx.x == 0) { work = atomicInc(&counters[0], (unsigned int)(B * NH * num_blocks) - 1); }
+    block.sync();
+    int head = work / num_blocks, key_block = num_blocks - 1 - work % num_blocks;
+    int C = NH * HS, h = head % NH;
+    size_t b = head / NH, row_stride = 3 * (size_t)C, head_rows = (b * NH + h) * T;
+    size_t tokens = (size_t)B * T;
+    int key0 = key_block * FLASH_ROWS, warp_key0 = key0 + warp_row;
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    const float* do_head = dout + b * T * C + h * HS;
+    float* dq_t = dqkv_t + h * HS * tokens + b * T;
+    unsigned int* tile_counters = counters + 1 + (b * NH + h) * num_tiles;
+    int first_tile = key0 / QUERIES;
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale), lse_scale = exp_scale / scale;
+
+    load_query_stage<KIND, HS, QUERIES>(smem, q_head, do_head, lse + head_rows, delta + head_rows, row_stride, C,
+                                        first_tile * QUERIES, T);
+    load_tile<FLASH_ROWS, HS>(k_tile, q_head + C, row_stride, key0, T);
+    cp_async_commit();
+    float k_frag[HS / 8][4], v_frag[HS / 8][4];
+    load_a_global<HS, false>(k_frag, q_head + C, row_stride, warp_key0, T, g, q);
+    load_a_global<HS, false>(v_frag, q_head + 2 * C, row_stride, warp_key0, T, g, q);
+    float dk[HS / 16][2][4] = {}, dv[HS / 16][2][4] = {};  // transposed
+
+    for (int tile = first_tile, step = 0; tile < num_tiles; tile++, step++) {
+        cp_async_wait_all();
+        block.sync();
+        if (tile + 1 < num_tiles) {
+            load_query_stage<KIND, HS, QUERIES>(smem + ((step + 1) & 1) * STAGE, q_head, do_head, lse + head_rows,
+                                                delta + head_rows, row_stride, C, (tile + 1) * QUERIES, T);
+        }
+        cp_async_commit();
+        int query0 = tile * QUERIES;
+        const float* q_tile = smem + (step & 1) * STAGE;
+        const float *do_tile = q_tile + TILE, *stat_a = q_tile + 2 * TILE, *stat_b = stat_a + QUERIES;
+        float dp[QUERIES / 8][4];  // dS^T: rows are keys, columns queries
+        if (query0 + QUERIES - 1 >= warp_key0) {
+            float s[QUERIES / 8][4];
+            scores_from_registers<HS, QUERIES, false>(s, k_frag, q_tile, off);
+            if (query0 < warp_key0 + 15) {
+                mask_causal<QUERIES, true>(s, warp_key0, query0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
+            }
+            scores_from_registers<HS, QUERIES, false>(dp, v_frag, do_tile, off);
+#pragma unroll
+            for (int n = 0; n < QUERIES / 8; n++) {
+                float2 pair_a = *(const float2*)(stat_a + 8 * n + 2 * q);
+                float2 pair_b = *(const float2*)(stat_b + 8 * n + 2 * q);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float column_a = (i & 1) ? pair_a.y : pair_a.x, column_b = (i & 1) ? pair_b.y : pair_b.x;
+                    if (KIND == ATTENTION_SOFTMAX) { column_a *= lse_scale; }
+                    probability_and_gradient<KIND, false>(s[n][i], dp[n][i], scale, exp_scale, column_a, column_b);
+                    s[n][i] = tf32_round_for_mma(s[n][i]);
+                    dp[n][i] = tf32_round_for_mma(dp[n][i]);
+                }
+            }
+            accumulate_transposed<HS, QUERIES, false>(dv, s, do_tile, off);
+            accumulate_transposed<HS, QUERIES, false>(dk, dp, q_tile, off);
+        } else {
+            zero_fragments<QUERIES / 8>(dp);  // every query before every key of this warp
+        }
+#pragma unroll
+        for (int n = 0; n < QUERIES / 8; n++) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                *(float2*)(ds_tile + (warp_row + g + 8 * half) * FUSED_DS_STRIDE + 8 * n + 2 * q) =
+                    make_float2(dp[n][2 * half], dp[n][2 * half + 1]);
+            }
+        }
+        block.sync();
+        // dQ^T share (hs x the warp's 16 queries) = K^T dS^T: dS (queries x keys) as C fragments
+        float ds[FLASH_ROWS / 8][4], dq[HS / 16][2][4] = {};
+        const float* ds_col = ds_tile + warp_row + g;
+#pragma unroll
+        for (int ks = 0; ks < FLASH_ROWS / 8; ks++) {
+            const float* row = ds_col + (8 * ks + 2 * q) * FUSED_DS_STRIDE;
+            ds[ks][0] = row[0], ds[ks][1] = row[FUSED_DS_STRIDE];
+            ds[ks][2] = row[8], ds[ks][3] = row[FUSED_DS_STRIDE + 8];
+        }
+        accumulate_transposed<HS, FLASH_ROWS, false>(dq, ds, k_tile, off);
+
+        // Added after the key blocks after this one (the diagonal block writes), then the tile is
+        // passed on. Thread rows 8nt + 2q, +1 of dimensions 16mt + 2g + e are pairs of adjacent
+        // tokens, all loaded before any store (a store would keep the next load from starting).
+        int last_block = min(query0 + QUERIES - 1, T - 1) / FLASH_ROWS, warp_query0 = query0 + warp_row;
+        bool first = key_block == last_block, aligned = T % 2 == 0;  // aligned: a pair is 8-byte aligned
+        if (threadIdx.x == 0) {
+            while (load_acquire(&tile_counters[tile]) != (unsigned int)(last_block - key_block)) {}
+        }
+        block.sync();
+        float2 sums[HS / 16][2][2];  // [mt][nt][e]: what the blocks after this one added
+#pragma unroll
+        for (int mt = 0; mt < HS / 16; mt++) {
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int row = warp_query0 + 8 * nt + 2 * q;
+                    const float* p = dq_t + (size_t)(16 * mt + 2 * g + e) * tokens + row;
+                    float2 v = make_float2(0.0f, 0.0f);
+                    if (!first && aligned && row < T) { v = __ldcg((const float2*)p); }
+                    if (!first && !aligned) {
+                        if (row < T) { v.x = __ldcg(p); }
+                        if (row + 1 < T) { v.y = __ldcg(p + 1); }
+                    }
+                    sums[mt][nt][e] = v;
+                }
+            }
+        }
+        float column[HS / 16][2] = {};  // the warp's rows of the final dQ summed per dimension
+#pragma unroll
+        for (int mt = 0; mt < HS / 16; mt++) {
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int row = warp_query0 + 8 * nt + 2 * q;
+                    float* p = dq_t + (size_t)(16 * mt + 2 * g + e) * tokens + row;
+                    float2 v = make_float2(fmaf(dq[mt][nt][2 * e], scale, sums[mt][nt][e].x),
+                                           fmaf(dq[mt][nt][2 * e + 1], scale, sums[mt][nt][e].y));
+                    if (aligned && row < T) { __stcg((float2*)p, v); }
+                    if (!aligned) {
+                        if (row < T) { __stcg(p, v.x); }
+                        if (row + 1 < T) { __stcg(p + 1, v.y); }
+                    }
+                    column[mt][e] += (row < T ? v.x : 0.0f) + (row + 1 < T ? v.y : 0.0f);
+                }
+            }
+        }
+        block.sync();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            store_release(&tile_counters[tile], key_block == 0 ? 0u : (unsigned int)(last_block - key_block) + 1);
+        }
+        if (key_block == 0) {  // the tile's dQ is final: its sums per dimension, the bias partials
+#pragma unroll
+            for (int mt = 0; mt < HS / 16; mt++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float sum = column[mt][e];
+                    sum += warp.shfl_xor(sum, 1);
+                    sum += warp.shfl_xor(sum, 2);
+                    if (q == 0) { q_sums[w * HS + 16 * mt + 2 * g + e] = sum; }
+                }
+            }
+            block.sync();
+            float* partials = bias_partials + (b * num_blocks + tile) * row_stride + h * HS;
+            for (int d = threadIdx.x; d < HS; d += FLASH_THREADS) {
+                float sum = q_sums[d];
+                for (int k = 1; k < FLASH_WARPS; k++) { sum += q_sums[k * HS + d]; }
+                partials[d] = sum;
+            }
+        }
+    }
+    float dk_scale[4] = {scale, scale, scale, scale}, dv_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    float* dk_t = dqkv_t + (C + h * HS) * tokens + b * T;
+    float* partials = bias_partials + (b * num_blocks + key_block) * row_stride + C + h * HS;
+    store_columns<HS>(dk_t, tokens, dk, dk_scale, key0, warp_row, T, partials, smem, g, q);
+    store_columns<HS>(dk_t + C * tokens, tokens, dv, dv_scale, key0, warp_row, T, partials + C, smem, g, q);
+}
+
+// The trainer's backward launcher with variant 8's kernels for hs <= 64 in TF32 mode.
+struct FlashBackwardFused {
+    FlashBackward trainer;
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        if constexpr (SPLIT || HS > 64) {
+            trainer.run<KIND, HS, SPLIT>();
+        } else {
+            const FlashBackward& t = trainer;
+            int rows = t.B * t.NH * t.T;
+            if (KIND == ATTENTION_SOFTMAX) {
+                attention_delta_kernel<HS><<<ceil_div((size_t)rows * HS / 4, 256), 256>>>(t.delta, t.dout, t.out,
+                                                                                           rows, t.T, t.NH);
+                cudaCheck(cudaGetLastError());
+            }
+            static unsigned int* counters = NULL;
+            static size_t capacity = 0;
+            size_t needed = 1 + (size_t)t.B * t.NH * ceil_div(t.T, FUSED_QUERIES);
+            if (needed > capacity) {
+                if (counters != NULL) { cudaCheck(cudaFree(counters)); }
+                counters = (unsigned int*)device_malloc(needed * sizeof(unsigned int), "fused backward counters");
+                cudaCheck(cudaMemset(counters, 0, needed * sizeof(unsigned int)));
+                capacity = needed;
+            }
+            static bool configured = false;
+            size_t shared = (2 * (2 * FUSED_QUERIES * HS + 2 * FUSED_QUERIES) + FLASH_ROWS * HS +
+                             FLASH_ROWS * FUSED_DS_STRIDE + FLASH_WARPS * HS) * sizeof(float);
+            flash_set_shared(flash_backward_fused_kernel<KIND, HS>, shared, &configured);
+            unsigned int grid = t.B * t.NH * ceil_div(t.T, FLASH_ROWS);
+            flash_backward_fused_kernel<KIND, HS><<<grid, FLASH_THREADS, shared>>>(
+                t.dqkv_t, t.bias_partials, counters, t.dout, t.qkv, t.lse, t.delta, t.B, t.T, t.NH);
+            cudaCheck(cudaGetLastError());
+        }
+    }
+};
+
 typedef struct {
     Shape shape;
     float *qkv, *dout, *out, *lse, *dqkv, *delta;
@@ -795,6 +1059,8 @@ static void run_backward(Buffers* d, AttentionKind kind, int variant) {
         run_lab_backward<FlashBackwardWgmmaDq>(d, kind, "variant 5");
     } else if (variant == 6) {
         run_lab_backward<FlashBackwardWgmmaDkdv>(d, kind, "variant 6");
+    } else if (variant == 8) {
+        run_lab_backward<FlashBackwardFused>(d, kind, "variant 8");
     } else {
         g_wgmma = variant == 4 || variant == 7;
         flash_attention_backward(d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B,
@@ -1040,12 +1306,14 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
 // (whole 16-row warp tiles up to the diagonal; split-TF32's three mma's counted as one product).
 static double convention_forward_flops(Shape s) { return 4.0 * s.B * s.NH * (double)s.T * s.T * s.hs / 2; }
 
-static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq, bool wgmma_dkdv, double* forward,
-                                 double* backward) {
+static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq, bool wgmma_dkdv, bool fused,
+                                 double* forward, double* backward) {
     int forward_keys = flash_forward_keys(s.hs), dq_keys = FLASH_DQ_KEYS;
     int queries = flash_dkdv_queries(s.hs, split);
     double forward_tiles = 0, dq_tiles = 0, dkdv_tiles = 0;  // 16 x tile x hs products per warp and tile
+    double cta_tiles = 0;  // the fused backward's dQ shares: every warp of a key block's CTA, every tile
     for (int block0 = 0; block0 < s.T; block0 += FLASH_ROWS) {
+        cta_tiles += ceil_div(s.T, queries) - block0 / queries;
         for (int w = 0; w < FLASH_WARPS; w++) {
             int row0 = block0 + 16 * w, rows_end = std::min(block0 + FLASH_ROWS, s.T);
             for (int key0 = 0; key0 < rows_end; key0 += forward_keys) { forward_tiles += key0 <= row0 + 15; }
@@ -1058,6 +1326,9 @@ static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq,
     double heads = (double)s.B * s.NH, unit = 2.0 * 16 * s.hs;
     *forward = heads * unit * forward_tiles * forward_keys * 2;
     *backward = heads * unit * (dq_tiles * dq_keys * 3 + dkdv_tiles * queries * 4);
+    if (fused && s.hs <= 64) {
+        *backward = heads * unit * (dkdv_tiles * queries * 4 + cta_tiles * FLASH_WARPS * FLASH_ROWS);
+    }
     if (!wgmma) { return; }
     // 64 x WG_KEYS tiles per warpgroup: the forward's and dQ's from key 0 to the warpgroup's last
     // query, dK/dV's from its first key's query tile to T; the wgmma backward kernels for hs <= 64
@@ -1105,7 +1376,8 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
     double conv_forward = convention_forward_flops(s), conv_backward = 2.5 * conv_forward;
     double exec_forward = conv_forward * 2, exec_backward = conv_backward * 8 / 5;  // full T x T products
     if (variant != 1) {
-        flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, variant == 6, &exec_forward, &exec_backward);
+        flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, variant == 6, variant == 8, &exec_forward,
+                             &exec_backward);
     }
     double tf_forward = conv_forward / forward_ms * 1e-9, tf_backward = conv_backward / backward_ms * 1e-9;
     char forward[64], backward[64], note[128];
@@ -1190,14 +1462,14 @@ int main(int argc, char** argv) {
             continue;
         }
         int v = atoi(argv[i]);
-        if (v < 1 || v > 7) { fail("variant '%s': expected 1 to 7", argv[i]); }
+        if (v < 1 || v > 8) { fail("variant '%s': expected 1 to 8", argv[i]); }
         variants.push_back(v);
     }
     if (!cuda_setup(true)) { fail("no CUDA device"); }
     bool hopper = g_wgmma;
-    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7} : std::vector<int>{1, 2, 3}; }
+    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8} : std::vector<int>{1, 2, 3}; }
     if (!hopper && std::any_of(variants.begin(), variants.end(), [](int v) { return v >= 4; })) {
-        fail("variants 4 to 7 need a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
+        fail("variants 4 to 8 need a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
     }
     bool materialised = std::find(variants.begin(), variants.end(), 1) != variants.end();
     const AttentionKind kinds[] = {ATTENTION_SOFTMAX, ATTENTION_RELU};
