@@ -723,25 +723,31 @@ struct FlashForwardPipelined {
 };
 
 // ----------------------------------------------------------------------------------------------
-// Variant 8: variant 4 with one backward kernel (TF32, hs <= 64; others run the trainer's two): the
-// dK/dV kernel's CTA per 64 keys also multiplies its dS by its keys, dQ's share of those keys, and
-// adds it into dQ (kept in dqkv_t) in a fixed order, so the bits do not depend on scheduling:
+// Variant 8: variant 4 with one backward kernel (TF32, hs <= 64, T % 4 == 0; else the trainer's
+// two): the dK/dV kernel's CTA per 64 keys also multiplies its dS by its keys, dQ's share of those
+// keys, and adds it into dQ (kept in dqkv_t) in a fixed order, so the bits do not depend on
+// scheduling:
 //   - a CTA takes query tiles from its diagonal to T, and tile i receives the shares of key blocks
 //     i, i - 1, ..., 0 in that order: block j waits on the tile's counter to read i - j, adds (the
-//     diagonal block writes), and sets it to i - j + 1 (block 0, which adds last, back to 0 for the
+//     diagonal block stores), and sets it to i - j + 1 (block 0, which adds last, back to 0 for the
 //     next launch); running side by side, block j + 1 has passed tile i a step before block j;
 //   - CTAs take their (head, key block) from a counter (atomicInc), a head's blocks one after the
 //     other from the last, so a block only ever waits on a block that already runs or ran (no
 //     deadlock, whatever the hardware's launch order), and a tile's adds stay close in time (L2);
+//   - the adds are bulk copies (cp.reduce.async.bulk .add.f32, done in L2) of the share staged in
+//     shared memory, one 256-byte row per dimension, with the share's column sums (the tile's
+//     bias partials) alike; the CTA waits for them at the top of its next tile;
 //   - delta (softmax) comes from a small kernel before, as the dQ kernel no longer runs.
 // dS goes through shared memory (dS^T rows are keys, as the dK/dV products hold it) to become the
 // B operand of dQ^T (hs x 16 queries per warp) = K^T dS^T, K staying in shared memory as well.
-// Slower than the trainer's two kernels (H100, B=16, backward ms, softmax / ReLU): 0.94 /
-// 0.96-0.98 against 0.68 / 0.65. Without the adds (dQ wrong) it took 0.62 / 0.56, so the
-// products gain 10% and the ordered adds cost 0.3 ms: each tile's share goes out and back
-// through L2 while the CTA waits (2 CTAs per multiprocessor, 255 registers, leave little to
-// overlap). Also measured (softmax): CTAs in key-block-major order (tiles from T down, the adds
-// in order 0, 1, ..., i) 1.00 ms; the adds as red.add without loads, 1.06 ms.
+// Slower than the trainer's two kernels (H100, B=16, backward ms, softmax / ReLU): 0.83 / 0.81
+// against 0.68 / 0.65 (0.84 / 0.81 against 0.69 / 0.66 in a second call). Without the adds (dQ wrong) it took 0.62 / 0.56: the products gain 10%
+// in one kernel, and the ordered adds cost more, the wait for each tile's adds being exposed
+// (2 CTAs per multiprocessor, 255 registers, leave little to overlap). Also measured (softmax):
+// the adds as loads and stores from registers 0.94 ms (1.95 with one load in flight); in
+// key-block-major order (tiles from T down, the adds in order 0, 1, ..., i) 1.00 ms; as red.add
+// 1.06 ms; with the wait deferred (warp 0 issuing, and passing the tile on after the next tile's
+// products, or at the end of it) 0.99 and 1.04 ms: the next block then waits for it.
 
 // delta[(b, h, t)] = dout . out over the head's hs columns; HS / 4 lanes per row.
 template <int HS>
@@ -768,6 +774,20 @@ __device__ __forceinline__ void store_release(unsigned int* p, unsigned int v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Bulk copies shared -> global (sm_90): a plain store, or an add of fp32 values done in L2; each
+// issuing thread commits its copies as a group and waits for their completion.
+__device__ __forceinline__ void bulk_store(float* dst, const float* src, int bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+                 "r"((uint32_t)__cvta_generic_to_shared(src)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_add(float* dst, const float* src, int bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+                 "r"((uint32_t)__cvta_generic_to_shared(src)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
 static const int FUSED_QUERIES = 64;                      // queries per tile = FLASH_ROWS: one tile per dQ block
 static const int FUSED_DS_STRIDE = FUSED_QUERIES + 4;     // dS^T rows: conflict-free B fragment loads
 
@@ -776,12 +796,14 @@ template <AttentionKind KIND, int HS>
 __global__ void __launch_bounds__(FLASH_THREADS, 2)
     flash_backward_fused_kernel(float* dqkv_t, float* bias_partials, unsigned int* counters, const float* dout,
                                 const float* qkv, const float* lse, const float* delta, int B, int T, int NH) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int QUERIES = FUSED_QUERIES, TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
     static_assert(QUERIES == FLASH_ROWS && HS <= 64, "a query tile is one block of dQ and of the bias partials");
     extern __shared__ float smem[];  // two stages of load_query_stage, the K tile, dS^T, column sums
     float* k_tile = smem + 2 * STAGE;
     float* ds_tile = k_tile + FLASH_ROWS * HS;
     float* q_sums = ds_tile + FLASH_ROWS * FUSED_DS_STRIDE;  // FLASH_WARPS x HS
+    float* q_stage = q_sums + FLASH_WARPS * HS;              // HS: the tile's bias partials
     __shared__ unsigned int work;
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
@@ -811,9 +833,21 @@ __global__ void __launch_bounds__(FLASH_THREADS, 2)
     load_a_global<HS, false>(v_frag, q_head + 2 * C, row_stride, warp_key0, T, g, q);
     float dk[HS / 16][2][4] = {}, dv[HS / 16][2][4] = {};  // transposed
 
+    // The previous tile's copies are complete (their issuing threads wait), then it is passed on.
+    auto pass_on = [&](int previous) {
+        if (threadIdx.x < HS) { bulk_wait_all(); }
+        block.sync();
+        if (threadIdx.x == 0) {
+            fence_proxy_async_global();
+            __threadfence();
+            int last_block = min(previous * QUERIES + QUERIES - 1, T - 1) / FLASH_ROWS;
+            store_release(&tile_counters[previous], key_block == 0 ? 0u : (unsigned int)(last_block - key_block) + 1);
+        }
+    };
     for (int tile = first_tile, step = 0; tile < num_tiles; tile++, step++) {
         cp_async_wait_all();
-        block.sync();
+        if (step > 0) { pass_on(tile - 1); }
+        else { block.sync(); }
         if (tile + 1 < num_tiles) {
             load_query_stage<KIND, HS, QUERIES>(smem + ((step + 1) & 1) * STAGE, q_head, do_head, lse + head_rows,
                                                 delta + head_rows, row_stride, C, (tile + 1) * QUERIES, T);
@@ -866,86 +900,67 @@ __global__ void __launch_bounds__(FLASH_THREADS, 2)
             ds[ks][0] = row[0], ds[ks][1] = row[FUSED_DS_STRIDE];
             ds[ks][2] = row[8], ds[ks][3] = row[FUSED_DS_STRIDE + 8];
         }
+        block.sync();  // every warp holds its dS: the tile's space takes the share
         accumulate_transposed<HS, FLASH_ROWS, false>(dq, ds, k_tile, off);
 
-        // Added after the key blocks after this one (the diagonal block writes), then the tile is
-        // passed on. Thread rows 8nt + 2q, +1 of dimensions 16mt + 2g + e are pairs of adjacent
-        // tokens, all loaded before any store (a store would keep the next load from starting).
-        int last_block = min(query0 + QUERIES - 1, T - 1) / FLASH_ROWS, warp_query0 = query0 + warp_row;
-        bool first = key_block == last_block, aligned = T % 2 == 0;  // aligned: a pair is 8-byte aligned
+        // The share times the scale into dq_stage[dimension][query], its sums per dimension over the
+        // warp's queries into q_sums[warp][dimension]; thread rows 8nt + 2q + r, dims 16mt + 2g + e.
+        float* dq_stage = ds_tile;
+        int warp_query0 = query0 + warp_row;
+#pragma unroll
+        for (int mt = 0; mt < HS / 16; mt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    float2 v = make_float2(dq[mt][nt][2 * e] * scale, dq[mt][nt][2 * e + 1] * scale);
+                    int row = warp_query0 + 8 * nt + 2 * q;  // T % 4 == 0: both rows or neither are < T
+                    if (row >= T) { v = make_float2(0.0f, 0.0f); }
+                    *(float2*)(dq_stage + (16 * mt + 2 * g + e) * FUSED_DS_STRIDE + warp_row + 8 * nt + 2 * q) = v;
+                    sum += v.x + v.y;
+                }
+                sum += warp.shfl_xor(sum, 1);
+                sum += warp.shfl_xor(sum, 2);
+                if (q == 0) { q_sums[w * HS + 16 * mt + 2 * g + e] = sum; }
+            }
+        }
+        // Added after the key blocks after this one (the diagonal block stores) by the bulk copy
+        // engine, each dimension's row of the tile and the tile's bias partials, in the order the
+        // counter sets; the tile is passed on at the top of the next one.
+        int last_block = min(query0 + QUERIES - 1, T - 1) / FLASH_ROWS;
+        bool first = key_block == last_block;
         if (threadIdx.x == 0) {
             while (load_acquire(&tile_counters[tile]) != (unsigned int)(last_block - key_block)) {}
         }
+        fence_proxy_async();
         block.sync();
-        float2 sums[HS / 16][2][2];  // [mt][nt][e]: what the blocks after this one added
-#pragma unroll
-        for (int mt = 0; mt < HS / 16; mt++) {
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int row = warp_query0 + 8 * nt + 2 * q;
-                    const float* p = dq_t + (size_t)(16 * mt + 2 * g + e) * tokens + row;
-                    float2 v = make_float2(0.0f, 0.0f);
-                    if (!first && aligned && row < T) { v = __ldcg((const float2*)p); }
-                    if (!first && !aligned) {
-                        if (row < T) { v.x = __ldcg(p); }
-                        if (row + 1 < T) { v.y = __ldcg(p + 1); }
-                    }
-                    sums[mt][nt][e] = v;
-                }
+        if (threadIdx.x < HS) {
+            int d = threadIdx.x, bytes = min(QUERIES, T - query0) * (int)sizeof(float);
+            float* dst = dq_t + (size_t)d * tokens + query0;
+            fence_proxy_async_global();
+            if (first) { bulk_store(dst, dq_stage + d * FUSED_DS_STRIDE, bytes); }
+            else { bulk_add(dst, dq_stage + d * FUSED_DS_STRIDE, bytes); }
+            float sum = q_sums[d];
+            for (int k = 1; k < FLASH_WARPS; k++) { sum += q_sums[k * HS + d]; }
+            q_stage[d] = sum;
+            fence_proxy_async();
+            asm volatile("bar.sync 1, %0;" ::"r"(HS) : "memory");  // the HS issuing threads
+            if (d == 0) {
+                float* partials = bias_partials + (b * num_blocks + tile) * row_stride + h * HS;
+                if (first) { bulk_store(partials, q_stage, HS * (int)sizeof(float)); }
+                else { bulk_add(partials, q_stage, HS * (int)sizeof(float)); }
             }
-        }
-        float column[HS / 16][2] = {};  // the warp's rows of the final dQ summed per dimension
-#pragma unroll
-        for (int mt = 0; mt < HS / 16; mt++) {
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int row = warp_query0 + 8 * nt + 2 * q;
-                    float* p = dq_t + (size_t)(16 * mt + 2 * g + e) * tokens + row;
-                    float2 v = make_float2(fmaf(dq[mt][nt][2 * e], scale, sums[mt][nt][e].x),
-                                           fmaf(dq[mt][nt][2 * e + 1], scale, sums[mt][nt][e].y));
-                    if (aligned && row < T) { __stcg((float2*)p, v); }
-                    if (!aligned) {
-                        if (row < T) { __stcg(p, v.x); }
-                        if (row + 1 < T) { __stcg(p + 1, v.y); }
-                    }
-                    column[mt][e] += (row < T ? v.x : 0.0f) + (row + 1 < T ? v.y : 0.0f);
-                }
-            }
-        }
-        block.sync();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            store_release(&tile_counters[tile], key_block == 0 ? 0u : (unsigned int)(last_block - key_block) + 1);
-        }
-        if (key_block == 0) {  // the tile's dQ is final: its sums per dimension, the bias partials
-#pragma unroll
-            for (int mt = 0; mt < HS / 16; mt++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float sum = column[mt][e];
-                    sum += warp.shfl_xor(sum, 1);
-                    sum += warp.shfl_xor(sum, 2);
-                    if (q == 0) { q_sums[w * HS + 16 * mt + 2 * g + e] = sum; }
-                }
-            }
-            block.sync();
-            float* partials = bias_partials + (b * num_blocks + tile) * row_stride + h * HS;
-            for (int d = threadIdx.x; d < HS; d += FLASH_THREADS) {
-                float sum = q_sums[d];
-                for (int k = 1; k < FLASH_WARPS; k++) { sum += q_sums[k * HS + d]; }
-                partials[d] = sum;
-            }
+            bulk_commit();
         }
     }
+    pass_on(num_tiles - 1);
     float dk_scale[4] = {scale, scale, scale, scale}, dv_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
     float* dk_t = dqkv_t + (C + h * HS) * tokens + b * T;
     float* partials = bias_partials + (b * num_blocks + key_block) * row_stride + C + h * HS;
     store_columns<HS>(dk_t, tokens, dk, dk_scale, key0, warp_row, T, partials, smem, g, q);
     store_columns<HS>(dk_t + C * tokens, tokens, dv, dv_scale, key0, warp_row, T, partials + C, smem, g, q);
+#endif
 }
 
 // The trainer's backward launcher with variant 8's kernels for hs <= 64 in TF32 mode.
@@ -954,6 +969,8 @@ struct FlashBackwardFused {
     template <AttentionKind KIND, int HS, bool SPLIT>
     void run() const {
         if constexpr (SPLIT || HS > 64) {
+            trainer.run<KIND, HS, SPLIT>();
+        } else if (trainer.T % 4 != 0) {  // the bulk copies move 16-byte pieces
             trainer.run<KIND, HS, SPLIT>();
         } else {
             const FlashBackward& t = trainer;
@@ -974,7 +991,7 @@ struct FlashBackwardFused {
             }
             static bool configured = false;
             size_t shared = (2 * (2 * FUSED_QUERIES * HS + 2 * FUSED_QUERIES) + FLASH_ROWS * HS +
-                             FLASH_ROWS * FUSED_DS_STRIDE + FLASH_WARPS * HS) * sizeof(float);
+                             FLASH_ROWS * FUSED_DS_STRIDE + (FLASH_WARPS + 1) * HS) * sizeof(float);
             flash_set_shared(flash_backward_fused_kernel<KIND, HS>, shared, &configured);
             unsigned int grid = t.B * t.NH * ceil_div(t.T, FLASH_ROWS);
             flash_backward_fused_kernel<KIND, HS><<<grid, FLASH_THREADS, shared>>>(
