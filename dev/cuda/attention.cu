@@ -741,9 +741,10 @@ struct FlashForwardPipelined {
 // dS goes through shared memory (dS^T rows are keys, as the dK/dV products hold it) to become the
 // B operand of dQ^T (hs x 16 queries per warp) = K^T dS^T, K staying in shared memory as well.
 // Slower than the trainer's two kernels (H100, B=16, backward ms, softmax / ReLU): 0.83 / 0.81
-// against 0.68 / 0.65 (0.84 / 0.81 against 0.69 / 0.66 in a second call). Without the adds (dQ wrong) it took 0.62 / 0.56: the products gain 10%
-// in one kernel, and the ordered adds cost more, the wait for each tile's adds being exposed
-// (2 CTAs per multiprocessor, 255 registers, leave little to overlap). Also measured (softmax):
+// against 0.68 / 0.65 (0.84 / 0.81 against 0.69 / 0.66 in a second call). Without the adds (dQ
+// wrong) it took 0.62 / 0.56: the products gain 10% in one kernel, and the ordered adds cost
+// more, the wait for each tile's adds being exposed (2 CTAs per multiprocessor, 255 registers,
+// leave little to overlap). Also measured (softmax):
 // the adds as loads and stores from registers 0.94 ms (1.95 with one load in flight); in
 // key-block-major order (tiles from T down, the adds in order 0, 1, ..., i) 1.00 ms; as red.add
 // 1.06 ms; with the wait deferred (warp 0 issuing, and passing the tile on after the next tile's
@@ -788,8 +789,8 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
-static const int FUSED_QUERIES = 64;                      // queries per tile = FLASH_ROWS: one tile per dQ block
-static const int FUSED_DS_STRIDE = FUSED_QUERIES + 4;     // dS^T rows: conflict-free B fragment loads
+static const int FUSED_QUERIES = 64;                   // queries per tile = FLASH_ROWS: one tile per dQ block
+static const int FUSED_DS_STRIDE = FUSED_QUERIES + 4;  // dS^T rows: conflict-free B fragment loads
 
 // counters: [0] the work counter, then one per (b, h, query tile), all 0 between launches.
 template <AttentionKind KIND, int HS>
