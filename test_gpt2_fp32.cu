@@ -259,12 +259,16 @@ int main(int argc, char** argv) {
     // pass, without an update, gives its loss and gradients.
     const RunShape* r = &st.shape;
     int micro_B = st.B / r->micro_batches;
+    // The backward pass writes every gradient, whatever the memory held: the gradients (and a later
+    // micro-step's, once allocated) are filled with NaN first, which stays where a gradient is not written.
+    auto poison = [&](float* grads) { cudaCheck(cudaMemset(grads, 0xff, model.num_parameters * sizeof(float))); };
+    poison(model.grads_memory);
     for (int step = 0; step < std::max(st.num_steps, 1); step++) {
-        gpt2_zero_grad(&model);
         gpt2_reset_loss(&model);
         for (int micro = 0; micro < r->micro_batches; micro++) {
             size_t rows = (size_t)micro * micro_B * st.T;
             gpt2_begin_micro_step(&model, micro);
+            if (step == 0 && micro == 1) { poison(model.micro_grads_memory); }
             gpt2_forward(&model, st.inputs.data() + rows, st.targets.data() + rows, micro_B, st.T,
                          1.0f / r->micro_batches, true);
             gpt2_backward(&model);

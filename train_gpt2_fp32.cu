@@ -235,7 +235,7 @@ __device__ bool arrive_last_in_group(unsigned int* counter, unsigned int group_s
     return is_last;
 }
 
-// dst[c] += the sum over the rows of partials (rows, cols) of column c, in a fixed order: a block of
+// dst[c] = the sum over the rows of partials (rows, cols) of column c, in a fixed order: a block of
 // 32 x 8 threads takes 32 columns, stripe y of it rows y, y + 8, ..., then the stripes in order.
 __global__ void column_sums_kernel(float* dst, const float* partials, int rows, int cols) {
     __shared__ float stripe_sums[8][32];
@@ -249,7 +249,7 @@ __global__ void column_sums_kernel(float* dst, const float* partials, int rows, 
     if (threadIdx.y == 0 && col < cols) {
         float total = stripe_sums[0][threadIdx.x];
         for (int y = 1; y < 8; y++) { total += stripe_sums[y][threadIdx.x]; }
-        dst[col] += total;
+        dst[col] = total;
     }
 }
 
@@ -282,13 +282,16 @@ static void encoder_forward(float* out, const int* tokens, const float* wte, con
     cudaCheck(cudaGetLastError());
 }
 
-// dwpe[t] += sum over b of dout[b, t]: one thread per (t, 4 channels), batches summed in order.
-__global__ void wpe_backward_kernel(float4* dwpe, const float4* dout, int B, int T, int C4) {
+// dwpe[t] = sum over b of dout[b, t] for t < T, 0 for T <= t < maxT: one thread per (t, 4 channels),
+// batches summed in order.
+__global__ void wpe_backward_kernel(float4* dwpe, const float4* dout, int B, int T, int maxT, int C4) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)T * C4) { return; }
+    if (idx >= (size_t)maxT * C4) { return; }
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int b = 0; b < B; b++) { sum = sum + dout[(size_t)b * T * C4 + idx]; }
-    dwpe[idx] = dwpe[idx] + sum;
+    if (idx < (size_t)T * C4) {
+        for (int b = 0; b < B; b++) { sum = sum + dout[(size_t)b * T * C4 + idx]; }
+    }
+    dwpe[idx] = sum;
 }
 
 // The batch's positions grouped by token id (counting sort), for the deterministic wte gradient:
@@ -369,19 +372,21 @@ __global__ void wte_backward_kernel(float4* dwte, float4* partials, unsigned int
     }
 }
 
-// dwte and dwpe += the encoder's gradients from dout (B, T, C), the positions in buckets as
-// TokenBuckets (uploaded: num_buckets, tokens, starts, positions, groups, group_bounds) lays them
-// out; partials (num_buckets x C floats, at most B*T x C) and counters (num_groups, zero) are scratch.
+// The encoder's gradients from dout (B, T, C): dwte += those of the tokens (onto the LM head's share)
+// and dwpe (maxT, C) = those of the positions; the positions in buckets as TokenBuckets (uploaded:
+// num_buckets, tokens, starts, positions, groups, group_bounds) lays them out; partials (num_buckets
+// x C floats, at most B*T x C) and counters (num_groups, zero) are scratch.
 static void encoder_backward(float* dwte, float* dwpe, float* partials, unsigned int* counters, const float* dout,
                              const int* num_buckets, const int* bucket_tokens, const int* bucket_starts,
                              const int* bucket_positions, const int* bucket_groups, const int* group_bounds, int B,
-                             int T, int C) {
+                             int T, int maxT, int C) {
     unsigned int grid = std::min((unsigned int)B * T, 16u * g_num_sms);  // B*T positions: at most B*T buckets
     wte_backward_kernel<<<grid, std::min(1024u, ceil_div(C / 4, 32) * 32)>>>(
         (float4*)dwte, (float4*)partials, counters, (const float4*)dout, num_buckets, bucket_tokens, bucket_starts,
         bucket_positions, bucket_groups, group_bounds, C / 4);
     cudaCheck(cudaGetLastError());
-    wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)dwpe, (const float4*)dout, B, T, C / 4);
+    wpe_backward_kernel<<<ceil_div((size_t)maxT * C / 4, 256), 256>>>((float4*)dwpe, (const float4*)dout, B, T, maxT,
+                                                                      C / 4);
     cudaCheck(cudaGetLastError());
 }
 
@@ -458,7 +463,7 @@ static void layernorm_forward(float* out, float* mean, float* rstd, float* resid
     cudaCheck(cudaGetLastError());
 }
 
-// LayerNorm backward: dinp += dx, dweight += sum over rows of dout * xhat, dbias += sum of dout.
+// LayerNorm backward: dinp += dx, dweight = sum over rows of dout * xhat, dbias = sum of dout.
 // A thread per float4 channel (the block spans a row; C <= 2048), the grid as many blocks as fit
 // on the chip at once. A block takes LAYERNORM_BACKWARD_ROWS rows at a time, their dout, inp and
 // dinp loaded before the first use; each row's two sums over C go through shared memory. Every
@@ -470,7 +475,7 @@ static const int FINAL_SUM_COLUMNS = 8;  // float4 columns per group of the fina
 
 __host__ __device__ inline int final_sum_groups(int C) { return ceil_div(2 * C / 4, FINAL_SUM_COLUMNS); }
 
-// dweight, dbias += the sum over num_partials rows of partials (each 2 C4 float4: the dweight
+// dweight, dbias = the sum over num_partials rows of partials (each 2 C4 float4: the dweight
 // shares, then the dbias shares) of the FINAL_SUM_COLUMNS float4 columns of this group. Stripe s
 // of the block adds rows s, s + stripes, ... in order, then the stripes' sums are added in stripe
 // order: a fixed order with many loads in flight.
@@ -491,7 +496,7 @@ __device__ void final_sum_column_group(float* dweight, float* dbias, const float
         float4 total = stripe_sums[0][lane];
         for (int s = 1; s < stripes; s++) { total = total + stripe_sums[s][lane]; }
         float4* target = column < C4 ? (float4*)dweight + column : (float4*)dbias + (column - C4);
-        *target = *target + total;
+        *target = total;
     }
     __syncthreads();  // stripe_sums is reused by the next group
 }
@@ -549,7 +554,7 @@ __global__ void layernorm_backward_kernel(float* dinp, float* partials, const fl
     }
 }
 
-// dweight, dbias += the sums of the blocks' partials, a block per column group; queued with
+// dweight, dbias = the sums of the blocks' partials, a block per column group; queued with
 // launch_pdl, so that it is launched while the row kernel's last blocks run.
 __global__ void layernorm_backward_sums_kernel(float* dweight, float* dbias, const float* partials, int num_partials,
                                                int C) {
@@ -828,7 +833,7 @@ __device__ inline void bias_backward_load(float d[4], float x[4], const float* d
 }
 
 // The output gradient of a linear layer, dout (N, OC), for the weight gradient and the bias:
-// dout_t (OC, N) = dout^T and dbias[o] += the sum over rows of dout[row, o]. With gelu_inp (the
+// dout_t (OC, N) = dout^T and dbias[o] = the sum over rows of dout[row, o]. With gelu_inp (the
 // GELU's input x, N x OC), dout is the gradient of the GELU's output and what is transposed and
 // summed is the gradient before the GELU, dout * gelu'(x); gelu_t (OC, N) = gelu(x)^T is written
 // too (the fcproj weight gradient's input, so the forward's GELU output need not be kept).
@@ -875,7 +880,7 @@ __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t,
     if (ty == 0 && col < OC) {
         float total = 0.0f;
         for (unsigned int y = 0; y < gridDim.y; y++) { total += __ldcg(&partials[(size_t)y * OC + col]); }
-        dbias[col] += total;
+        dbias[col] = total;
     }
 }
 
@@ -894,7 +899,7 @@ static void bias_backward(float* dbias, float* dout_t, float* gelu_t, float* par
     cudaCheck(cudaGetLastError());
 }
 
-// Linear layer backward, its two halves: dinp = dout @ weight, and dweight += dout^T @ inp.
+// Linear layer backward, its two halves: dinp = dout @ weight, and dweight = dout^T @ inp.
 // cuBLASLt's TF32 tensor-core kernels are fastest when the operands have the summed dimension
 // contiguous: 10-30% slower with one operand read across it, about twice as slow with both. So
 // dinp reads weight_t (C, OC), the weight transposed (transpose_matrices), and dout (N, OC) or
@@ -908,7 +913,7 @@ static void matmul_backward_input(float* dinp, const float* dout, bool dout_tran
 
 static void matmul_backward_weight(float* dweight, const float* dout_t, const float* inp, bool inp_transposed, int N,
                                    int C, int OC, cudaStream_t stream = 0) {
-    matmul(dweight, inp, dout_t, NULL, C, OC, N, inp_transposed, false, 1.0f, 1.0f, 1, 0, 0, 0, stream);
+    matmul(dweight, inp, dout_t, NULL, C, OC, N, inp_transposed, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
 }
 
 // out[m] = in[m]^T for count row-major (rows, cols) matrices stored one after another: 32 x 32
@@ -2055,7 +2060,7 @@ static void flash_attention_forward(float* out, float* lse, const float* qkv, in
     flash_dispatch(launch, hs, kind, fp32_accurate, "flash_attention_forward");
 }
 
-// dqkv_t (3C, B*T), the gradient of qkv transposed (overwritten), and dbias (3C) += its sum over the
+// dqkv_t (3C, B*T), the gradient of qkv transposed, and dbias (3C) = its sum over the
 // B*T tokens, from dout (B, T, C) and the forward's qkv, out and lse. Scratch: delta (B, NH, T)
 // (softmax) and partials, the sums' shares of each block of FLASH_ROWS tokens of a sequence:
 // B * ceil(T / FLASH_ROWS) rows of 3C floats, at most 3 B*T*C.
@@ -3141,22 +3146,22 @@ static void upload(GPT2* model, int* device_dst, const int* host_src, size_t cou
 
 // The LM head on one chunk of rows of lnf (rows, C): logits_t (Vp, rows) = wte @ lnf^T, the
 // logits transposed. With targets, each row's loss and, in place, dlogits (scratch: see
-// fused_classifier); with dwte, also
-// dlnf (rows, C) = dlogits @ wte and dwte += dlogits^T @ lnf (lnf_t: (C, rows) scratch). The
+// fused_classifier); with dwte, also dlnf (rows, C) = dlogits @ wte and dwte = dlogits^T @ lnf, or
+// += for a chunk after the first (dwte_accumulate; lnf_t: (C, rows) scratch). The
 // transposed logits let the three products read every operand along its summed dimension (what
 // the TF32 tensor-core kernels need for full speed) except dlogits in the dlnf one; the dwte
 // product, summed over rows, would otherwise read both operands across their rows and take 1.6x
 // as long.
-static void lm_head_chunk(float* logits_t, float* losses, float* scratch, float* dlnf, float* dwte, float* lnf_t,
-                          const float* lnf, const float* wte, const float* wte_t, const int* targets, float dloss,
-                          int rows, int C, int V, int Vp) {
+static void lm_head_chunk(float* logits_t, float* losses, float* scratch, float* dlnf, float* dwte,
+                          bool dwte_accumulate, float* lnf_t, const float* lnf, const float* wte, const float* wte_t,
+                          const int* targets, float dloss, int rows, int C, int V, int Vp) {
     matmul(logits_t, lnf, wte, NULL, rows, Vp, C, true, false, 1.0f, 0.0f);
     if (targets == NULL) { return; }
     fused_classifier(logits_t, losses, scratch, targets, dloss, rows, V, Vp);
     if (dwte == NULL) { return; }
     matmul(dlnf, wte_t, logits_t, NULL, C, rows, Vp, true, true, 1.0f, 0.0f);
     transpose_matrices(lnf_t, lnf, rows, C, 1);
-    matmul(dwte, lnf_t, logits_t, NULL, C, Vp, rows, true, false, 1.0f, 1.0f);
+    matmul(dwte, lnf_t, logits_t, NULL, C, Vp, rows, true, false, 1.0f, dwte_accumulate ? 1.0f : 0.0f);
 }
 
 // The classifier over the rows of lnf in chunks of CLASSIFIER_CHUNK_ROWS (lm_head_chunk); with
@@ -3169,10 +3174,10 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
     ActivationTensors a = model->acts;
     for (size_t first = 0; first < BT; first += CLASSIFIER_CHUNK_ROWS) {
         int rows = (int)std::min(CLASSIFIER_CHUNK_ROWS, BT - first);
-        lm_head_chunk(a.logits, a.losses + first, a.classifier_scratch, a.dbtc + first * C, with_grads ? model->grads.wte : NULL, a.lnf_t,
-                      a.lnf + first * C, model->params.wte, model->wte_t,
-                      with_targets ? model->targets + first : NULL, loss_weight / BT, rows, C, c->vocab_size,
-                      c->padded_vocab_size);
+        lm_head_chunk(a.logits, a.losses + first, a.classifier_scratch, a.dbtc + first * C,
+                      with_grads ? model->grads.wte : NULL, first > 0, a.lnf_t, a.lnf + first * C, model->params.wte,
+                      model->wte_t, with_targets ? model->targets + first : NULL, loss_weight / BT, rows, C,
+                      c->vocab_size, c->padded_vocab_size);
     }
     if (with_targets) {
         accumulate_loss_kernel<<<1, 1024>>>(&model->stats->loss, a.losses, (int)BT, loss_weight);
@@ -3266,12 +3271,8 @@ static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(&model->sta
 // The main stream waits for the work queued so far on g_comm.stream.
 static void gpt2_join_comm(GPT2* model) { stream_waits(0, g_comm.stream, model->comm_joined); }
 
-static void gpt2_zero_grad(GPT2* model) {
-    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float)));
-}
-
-// Micro-step `micro` of this rank's micro-steps of an optimizer step: the first accumulates into
-// the zeroed gradients; each later one computes its gradients apart (micro_grads_memory) and
+// Micro-step `micro` of this rank's micro-steps of an optimizer step: the first writes the
+// gradients; each later one computes its gradients apart (micro_grads_memory) and
 // gpt2_end_micro_step adds them in one addition. So the sum is g0 + g1 + ... in micro-step
 // order, whatever the kernels add inside a micro-step: the sum the owners of a data-parallel run
 // form in rank order (gpt2_update).
@@ -3279,11 +3280,10 @@ static void gpt2_begin_micro_step(GPT2* model, int micro) {
     model->micro = micro;
     float* grads = model->grads_memory;
     if (micro > 0) {
-        size_t bytes = model->num_parameters * sizeof(float);
         if (model->micro_grads_memory == NULL) {
-            model->micro_grads_memory = (float*)device_malloc(bytes, "micro-step gradients");
+            model->micro_grads_memory =
+                (float*)device_malloc(model->num_parameters * sizeof(float), "micro-step gradients");
         }
-        cudaCheck(cudaMemsetAsync(model->micro_grads_memory, 0, bytes));
         grads = model->micro_grads_memory;
     }
     point_parameters(&model->grads, grads, model->param_sizes);
@@ -3395,11 +3395,12 @@ static void gpt2_backward_launches(GPT2* model) {
     main_waits_for(model->grads_done);  // every weight gradient is in before the optimizer or the next forward
     encoder_backward(g.wte, g.wpe, a.dbt4c, model->group_counters, a.dresidual, model->num_buckets,
                      model->bucket_tokens, model->bucket_starts, model->bucket_positions, model->bucket_groups,
-                     model->group_bounds, B, T, C);  // dbt4c (4 B*T*C floats) holds the partials
+                     model->group_bounds, B, T, c->max_seq_len, C);  // dbt4c (4 B*T*C floats) holds the partials
 }
 
 // Backward pass of the last forward (which must have computed the classifier's gradients, and
-// so dlnf in acts.dbtc); gradients accumulate (+=) into model->grads.
+// so dlnf in acts.dbtc and the LM head's share of dwte): every parameter's gradient is written
+// (=) into model->grads, so nothing needs zeroing between steps.
 static void gpt2_backward(GPT2* model) {
     if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
     model->grads_pending = false;
@@ -4589,7 +4590,6 @@ static void run_step(Run* run, int step) {
     run->queued_at[slot] = wall_seconds();
     cudaCheck(cudaEventRecord(marks[0]));
     if (signals_pending() != 0) { *model->stop_request = 1.0f; }
-    gpt2_zero_grad(model);
     gpt2_reset_loss(model);
     for (int micro = 0; micro < run->micro_steps; micro++) {
         if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(&run->train_loader); }

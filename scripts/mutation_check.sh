@@ -21,6 +21,7 @@ mutations=(
   "weight decay on every tensor|softmax|s#(table.decay_mask >> tensor) \& 1u ? weight_decay : 0.0f#weight_decay#"
   "layernorm backward without mean_g_xhat|softmax|s#- xhat\[j\] \* mean_g_xhat#- xhat[j] * 0.0f#"
   "layernorm dweight/dbias sum drops all stripes but one|softmax|s#for (int s = 1; s < stripes; s++)#for (int s = 1; s < 1; s++)#"
+  "weight gradients added to what the memory held|softmax|s#N, inp_transposed, false, 1.0f, 0.0f,#N, inp_transposed, false, 1.0f, 1.0f,#"
 )
 
 caught=0

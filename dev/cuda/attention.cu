@@ -1086,8 +1086,8 @@ static void run_backward(Buffers* d, AttentionKind kind, int variant) {
     }
 }
 
-// Outputs and the flash scratch set to NaN (all bits set) so that anything left unwritten shows;
-// dbias, which the flash backward adds to, set to 0.
+// Outputs (dbias too) and the flash scratch set to NaN (all bits set) so that anything left
+// unwritten shows.
 static void poison_outputs(Buffers* d) {
     Shape s = d->shape;
     size_t btc = (size_t)s.B * s.T * s.NH * s.hs, bht = (size_t)s.B * s.NH * s.T;
@@ -1097,7 +1097,7 @@ static void poison_outputs(Buffers* d) {
     cudaCheck(cudaMemset(d->delta, 0xff, bht * sizeof(float)));
     cudaCheck(cudaMemset(d->dqkv_t, 0xff, 3 * btc * sizeof(float)));
     cudaCheck(cudaMemset(d->partials, 0xff, flash_partials_floats(s) * sizeof(float)));
-    cudaCheck(cudaMemset(d->dbias, 0, 3 * s.NH * s.hs * sizeof(float)));
+    cudaCheck(cudaMemset(d->dbias, 0xff, 3 * s.NH * s.hs * sizeof(float)));
 }
 
 static std::vector<float> download(const float* device, size_t n) {

@@ -1,8 +1,9 @@
 /*
 Kernel lab: the encoder backward, from dout (B*T = 8192 tokens, C = 768):
-  dwte[token] += sum of dout over the positions holding that token,  dwpe[t] += sum over b of dout[b, t]
+  dwte[token] += sum of dout over the positions holding that token (onto the LM head's gradient),
+  dwpe[t] = sum over b of dout[b, t] (written: no zeroing between steps)
 
-  variant 1  naive: a thread per element of dout, float atomicAdd into dwte and dwpe
+  variant 1  naive: a thread per element of dout, float atomicAdd into dwte and the zeroed dwpe
              (not deterministic)
   variant 2  the trainer's encoder_backward (wte_backward_kernel + wpe_backward_kernel): the
              positions grouped by token on the host (token_buckets_build), a frequent token's in
@@ -80,16 +81,18 @@ typedef struct {
 static void launch_variant(int variant, const Buffers& d) {
     int B = d.B, T = d.T, C = d.C;
     if (variant == 1) {
+        cudaCheck(cudaMemsetAsync(d.dwpe, 0, (size_t)T * C * sizeof(float)));
         atomic_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(d.dwte, d.dwpe, d.dout, d.tokens, B, T, C);
         cudaCheck(cudaGetLastError());
     } else if (variant == 2 || variant == 4) {
         encoder_backward(d.dwte, d.dwpe, d.partials, d.group_counters, d.dout, d.device_num_buckets, d.bucket_tokens,
-                         d.bucket_starts, d.bucket_positions, d.bucket_groups, d.group_bounds, B, T, C);
+                         d.bucket_starts, d.bucket_positions, d.bucket_groups, d.group_bounds, B, T, T, C);
     } else {
         rows_in_flight_kernel<<<d.num_buckets, 256>>>((float4*)d.dwte, (const float4*)d.dout, d.bucket_tokens,
                                                       d.bucket_starts, d.bucket_positions, C / 4);
         cudaCheck(cudaGetLastError());
-        wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)d.dwpe, (const float4*)d.dout, B, T, C / 4);
+        wpe_backward_kernel<<<ceil_div((size_t)T * C / 4, 256), 256>>>((float4*)d.dwpe, (const float4*)d.dout, B, T, T,
+                                                                       C / 4);
         cudaCheck(cudaGetLastError());
     }
 }
@@ -125,8 +128,8 @@ static double check(const Buffers& d) {
     size_t bt = (size_t)d.B * d.T, n_wte = (size_t)LAB_VP * d.C, n_wpe = (size_t)d.T * d.C;
     int C = d.C;
     std::vector<int> tokens = download_ints(d.tokens, bt);
-    std::vector<float> dout = download(d.dout, bt * C), dwte0 = download(d.dwte0, n_wte), dwpe0 = download(d.dwpe0, n_wpe);
-    std::vector<double> dwte_ref(dwte0.begin(), dwte0.end()), dwpe_ref(dwpe0.begin(), dwpe0.end());
+    std::vector<float> dout = download(d.dout, bt * C), dwte0 = download(d.dwte0, n_wte);
+    std::vector<double> dwte_ref(dwte0.begin(), dwte0.end()), dwpe_ref(n_wpe, 0.0);  // dwpe0 is overwritten
     for (size_t i = 0; i < bt; i++) {
         for (int c = 0; c < C; c++) {
             dwte_ref[(size_t)tokens[i] * C + c] += dout[i * C + c];

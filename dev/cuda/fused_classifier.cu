@@ -250,9 +250,9 @@ typedef struct {
 static void launch_head(const Head& h, int chunk_rows) {
     for (int first = 0; first < h.N; first += chunk_rows) {
         int rows = std::min(chunk_rows, h.N - first);
-        lm_head_chunk(h.logits, h.losses + first, h.scratch, h.dlnf + (size_t)first * h.C, h.dwte, h.lnf_t,
-                      h.lnf + (size_t)first * h.C, h.wte, h.wte_t, h.targets + first, 1.0f / h.N, rows, h.C, LAB_V,
-                      LAB_VP);
+        lm_head_chunk(h.logits, h.losses + first, h.scratch, h.dlnf + (size_t)first * h.C, h.dwte, first > 0,
+                      h.lnf_t, h.lnf + (size_t)first * h.C, h.wte, h.wte_t, h.targets + first, 1.0f / h.N, rows, h.C,
+                      LAB_V, LAB_VP);
     }
 }
 
@@ -357,12 +357,12 @@ static double check_head(const Head& h, HeadReference* ref, int chunk_rows) {
         for (int c = 0; c < C; c++) { error_add(&dlnf_error, dlnf[(size_t)ref->rows[k] * C + c], ref->dlnf[k * C + c]); }
     }
     if (chunk_rows == h.N) {  // all rows' dlogits are in the buffer: sampled dwte rows from them
-        std::vector<float> lnf = download(h.lnf, (size_t)h.N * C), dwte0 = download(h.dwte0, (size_t)LAB_VP * C);
+        std::vector<float> lnf = download(h.lnf, (size_t)h.N * C);
         std::vector<float> column(h.N);
         for (int v : ref->wte_rows) {
             column = download(h.logits + (size_t)v * h.N, h.N);  // the logits are kept transposed
             for (int c = 0; c < C; c++) {
-                double sum = dwte0[(size_t)v * C + c];
+                double sum = 0.0;  // the first chunk overwrites dwte0
                 for (int row = 0; row < h.N; row++) { sum += (double)column[row] * lnf[(size_t)row * C + c]; }
                 error_add(&dwte_error, dwte[(size_t)v * C + c], sum);
             }

@@ -2,12 +2,14 @@
 Kernel lab: layernorm backward, over N = B*T = 8192 rows of C channels, for C = 768, 1024, 1280
 and 1600 (GPT-2 small to XL). Per row, with xhat = (x - mean) * rstd and g = dout * weight:
   dinp    += (g - mean(g) - xhat * mean(g * xhat)) * rstd
-  dweight += sum over rows of dout * xhat,   dbias += sum over rows of dout
+  dweight = sum over rows of dout * xhat,    dbias = sum over rows of dout  (written, not added to:
+  the trainer needs no zeroing of its gradients between steps)
 The row part is independent per row; the dweight and dbias sums run across all rows, and how the
 blocks' shares are combined decides the speed and whether the result is bit-identical run to run.
 
   variant 1  naive: a thread per row (dinp), then a thread per channel summing all rows in order
-  variant 2  warp per row, per-block sums, float atomicAdd into dweight/dbias (not deterministic)
+  variant 2  warp per row, per-block sums, float atomicAdd into the zeroed dweight/dbias (not
+             deterministic)
   variant 3  warp per row, per-block partial sums, a second kernel (the trainer's
              layernorm_backward_sums_kernel) adds them in block order
   variant 4  one launch, warp per row, the last block to finish adds the partials
@@ -26,7 +28,7 @@ blocks' shares are combined decides the speed and whether the result is bit-iden
   ./layernorm_backward [variant ...]
 
 Bytes counted: dout and inp read once, dinp read and written (it accumulates), mean and rstd read,
-weight read, dweight and dbias read and written: (4 N C + 2 N + 5 C) * 4 bytes. The partial sums
+weight read, dweight and dbias written: (4 N C + 2 N + 3 C) * 4 bytes. The partial sums
 are overhead, not counted.
 */
 #include "common.h"
@@ -81,8 +83,8 @@ __global__ void naive_channels_kernel(float* dweight, float* dbias, const float*
         dw += d * (inp[(size_t)row * C + c] - mean[row]) * rstd[row];
         db += d;
     }
-    dweight[c] += dw;
-    dbias[c] += db;
+    dweight[c] = dw;
+    dbias[c] = db;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -199,7 +201,7 @@ __global__ void last_block_kernel(float* dinp, float* dweight, float* dbias, flo
         float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (unsigned int b = 0; b < gridDim.x; b++) { sum = sum + __ldcg(&partials4[(size_t)b * (C / 2) + i]); }
         float4* target = i < C / 4 ? (float4*)dweight + i : (float4*)dbias + (i - C / 4);
-        *target = *target + sum;
+        *target = sum;
     }
 }
 
@@ -273,6 +275,8 @@ template <int CHUNKS>
 static void launch_warp_row_variant(int variant, const Buffers& d) {
     size_t shared = 2 * d.C * sizeof(float);
     if (variant == 2) {
+        cudaCheck(cudaMemsetAsync(d.dweight, 0, d.C * sizeof(float)));
+        cudaCheck(cudaMemsetAsync(d.dbias, 0, d.C * sizeof(float)));
         int grid = resident_grid(atomic_kernel<CHUNKS>, WARP_ROW_BLOCK, shared);
         atomic_kernel<CHUNKS><<<grid, WARP_ROW_BLOCK, shared>>>(d.dinp, d.dweight, d.dbias, d.dout, d.inp, d.weight,
                                                                 d.mean, d.rstd, d.N, d.C);
@@ -315,7 +319,8 @@ static void launch_variant(int variant, const Buffers& d) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// CPU reference in double: dinp, dweight, dbias after one backward from the given start values.
+// CPU reference in double: dinp, dweight, dbias after one backward from the given start values
+// (which dweight and dbias overwrite).
 
 typedef struct {
     std::vector<double> dinp, dweight, dbias;
@@ -323,10 +328,9 @@ typedef struct {
 
 static Reference cpu_reference(const std::vector<float>& dout, const std::vector<float>& inp,
                                const std::vector<float>& weight, const std::vector<float>& mean,
-                               const std::vector<float>& rstd, const std::vector<float>& dinp0,
-                               const std::vector<float>& dweight0, const std::vector<float>& dbias0, int N, int C) {
-    Reference ref = {std::vector<double>(dinp0.begin(), dinp0.end()), std::vector<double>(dweight0.begin(), dweight0.end()),
-                     std::vector<double>(dbias0.begin(), dbias0.end())};
+                               const std::vector<float>& rstd, const std::vector<float>& dinp0, int N, int C) {
+    Reference ref = {std::vector<double>(dinp0.begin(), dinp0.end()), std::vector<double>(C, 0.0),
+                     std::vector<double>(C, 0.0)};
     std::vector<double> xhat(C);
     for (int row = 0; row < N; row++) {
         const float* d = &dout[(size_t)row * C];
@@ -361,7 +365,7 @@ static void row_statistics(const std::vector<float>& inp, int N, int C, std::vec
 
 typedef struct {
     Buffers d;
-    float *dinp0, *dweight0, *dbias0;  // start values of the accumulated outputs
+    float *dinp0, *dweight0, *dbias0;  // start values of the outputs: dinp adds to its, the others overwrite
     float *dinp, *dweight, *dbias, *dout, *inp, *weight, *mean, *rstd;
 } Problem;
 
@@ -408,8 +412,7 @@ static double check_variant(Problem* p, int variant) {
     problem_reset(*p);
     launch_variant(variant, p->d);
     Reference ref = cpu_reference(download(p->dout, nc), download(p->inp, nc), download(p->weight, C),
-                                  download(p->mean, N), download(p->rstd, N), download(p->dinp0, nc),
-                                  download(p->dweight0, C), download(p->dbias0, C), N, C);
+                                  download(p->mean, N), download(p->rstd, N), download(p->dinp0, nc), N, C);
     return std::max({relative_error(download(p->dinp, nc), ref.dinp), relative_error(download(p->dweight, C), ref.dweight),
                      relative_error(download(p->dbias, C), ref.dbias)});
 }
@@ -420,7 +423,7 @@ int main(int argc, char** argv) {
     const int N = LAB_ROWS;
     for (int C : channels) {
         Problem p = problem_create(N, C);
-        double bytes = (4.0 * N * C + 2.0 * N + 5.0 * C) * sizeof(float);
+        double bytes = (4.0 * N * C + 2.0 * N + 3.0 * C) * sizeof(float);
         for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
             if (!variant_selected(variant)) { continue; }
             char name[96];

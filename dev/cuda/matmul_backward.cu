@@ -1,7 +1,8 @@
 /*
 Kernel lab: the linear layer backward on the MLP up-projection of GPT-2 124M (N = B*T = 8192 rows,
 C = 768 in, OC = 3072 out), from dout (N, OC), inp (N, C), weight (OC, C):
-  dinp (N, C) = dout @ weight,   dweight (OC, C) += dout^T @ inp,   dbias (OC) += column sums of dout
+  dinp (N, C) = dout @ weight,   dweight (OC, C) = dout^T @ inp,   dbias (OC) = column sums of dout
+(every output written, not added to: the trainer needs no zeroing of its gradients between steps)
 The trainer's products read transposed copies, so that both operands have the summed dimension
 contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights change), dout_t (OC, N)
 (written by bias_backward while it sums dbias) and inp_t (C, N) (transpose_matrices).
@@ -13,12 +14,11 @@ contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights chang
              from weight_t, dout_t), cuBLASLt TF32
   variant 3  the same in full FP32 (the trainer's -f 0)
   variant 4  cuBLASLt TF32 on the operands as stored (dinp from the weight and dout, dweight from
-             inp and dout), the bias gradient fused into the dweight product (BGRADB epilogue; it
-             writes, so a small kernel adds it into dbias)
+             inp and dout), the bias gradient fused into the dweight product (BGRADB epilogue)
   Fusion (c), the MLP's down-projection backward and the GELU backward (fcproj: in 3072, out 768,
   its weight fcprojw (768, 3072)), from dresidual (N, C) and fch (N, OC), the GELU's input:
   variant 5  the dinp product with the CUBLASLT_EPILOGUE_DGELU_BGRAD epilogue: dfch = (dresidual @
-             fcprojw) * gelu'(fch) and the fc bias gradient, in one call (plus the same small add kernel)
+             fcprojw) * gelu'(fch) and the fc bias gradient, in one call
   variant 6  as the trainer does it: matmul_backward_input (dgelu from fcprojw_t and dresidual), then
              bias_backward with gelu_inp = fch, in one pass: dfch_t = (dgelu * gelu'(fch))^T, gelu_t =
              gelu(fch)^T (the fcproj dweight product's input) and the fc bias gradient
@@ -77,7 +77,7 @@ __global__ void naive_dweight_kernel(float* dweight, const float* dout, const fl
     int o = idx / C, c = idx % C;
     float sum = 0.0f;
     for (int row = 0; row < N; row++) { sum += dout[(size_t)row * OC + o] * inp[(size_t)row * C + c]; }
-    dweight[idx] += sum;
+    dweight[idx] = sum;
 }
 
 __global__ void naive_dbias_kernel(float* dbias, const float* dout, int N, int OC) {
@@ -85,13 +85,7 @@ __global__ void naive_dbias_kernel(float* dbias, const float* dout, int N, int O
     if (o >= OC) { return; }
     float sum = 0.0f;
     for (int row = 0; row < N; row++) { sum += dout[(size_t)row * OC + o]; }
-    dbias[o] += sum;
-}
-
-// dst += src: accumulates a bias gradient that a cuBLASLt epilogue wrote (it cannot add).
-__global__ void add_kernel(float* dst, const float* src, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { dst[i] += src[i]; }
+    dbias[o] = sum;
 }
 
 typedef struct {
@@ -100,8 +94,7 @@ typedef struct {
     // variants 5-6: the fcproj layer's dinp and the fc bias gradient; fcprojw (C, OC), fcprojw_t
     // (OC, C) its transpose; variant 6 writes dgelu (N, OC), dfch_t and gelu_t (OC, N)
     float *dfch, *dfcb, *dresidual, *fch, *fcprojw, *fcprojw_t, *dgelu, *dfch_t, *gelu_t;
-    float *dweight0, *dbias0, *dfcb0;  // start values of the accumulated outputs
-    float *bias_scratch, *partials;
+    float* partials;
     unsigned int* counters;
     LtPlan bgradb_plan, dgelu_plan, dinp_plan, dweight_plan;  // the last two autotuned
     int N, C, OC;
@@ -128,19 +121,15 @@ static void launch_variant(int variant, const Buffers& d) {
         g_use_tf32 = true;
     } else if (variant == 4) {
         matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
-        lt_run(&d.bgradb_plan, d.dweight, d.inp, d.dout, 1.0f);
-        add_kernel<<<ceil_div(OC, 256), 256>>>(d.dbias, d.bias_scratch, OC);
-        cudaCheck(cudaGetLastError());
+        lt_run(&d.bgradb_plan, d.dweight, d.inp, d.dout, 0.0f);
     } else if (variant == 5) {
         lt_run(&d.dgelu_plan, d.dfch, d.fcprojw, d.dresidual, 0.0f);
-        add_kernel<<<ceil_div(OC, 256), 256>>>(d.dfcb, d.bias_scratch, OC);
-        cudaCheck(cudaGetLastError());
     } else if (variant == 6) {
         matmul_backward_input(d.dgelu, d.dresidual, false, d.fcprojw_t, N, OC, C);
         bias_backward(d.dfcb, d.dfch_t, d.gelu_t, d.partials, d.counters, d.dgelu, d.fch, N, OC);
     } else {
         bias_and_transposes(d);
-        lt_run(&d.dweight_plan, d.dweight, d.inp_t, d.dout_t, 1.0f);
+        lt_run(&d.dweight_plan, d.dweight, d.inp_t, d.dout_t, 0.0f);
         lt_run(&d.dinp_plan, d.dinp, d.weight_t, d.dout_t, 0.0f);
     }
 }
@@ -166,7 +155,7 @@ static void launch_part(int part, const Buffers& d) {
     else if (part == 3) { transpose_matrices(d.inp_t, d.inp, N, C, 1); }
     else if (part == 4) { matmul_backward_input(d.dinp, d.dout, false, d.weight_t, N, C, OC); }
     else if (part == 5) { matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f); }
-    else if (part == 6) { matmul(d.dweight, d.inp, d.dout, NULL, C, OC, N, false, true, 1.0f, 1.0f); }
+    else if (part == 6) { matmul(d.dweight, d.inp, d.dout, NULL, C, OC, N, false, true, 1.0f, 0.0f); }
     else { transpose_matrices(d.weight_t, d.weight, OC, C, 1); }
 }
 
@@ -180,27 +169,18 @@ static void fill_inputs(const Buffers& d) {
     fill_uniform(d.dresidual, n_in, -1.0f, 1.0f);
     fill_uniform(d.fch, n_out, -4.0f, 4.0f);
     fill_uniform(d.fcprojw, (size_t)d.C * d.OC, -0.1f, 0.1f);
-    fill_uniform(d.dweight0, (size_t)d.OC * d.C, -1.0f, 1.0f);
-    fill_uniform(d.dbias0, d.OC, -1.0f, 1.0f);
-    fill_uniform(d.dfcb0, d.OC, -1.0f, 1.0f);
     transpose_matrices(d.weight_t, d.weight, d.OC, d.C, 1);
     transpose_matrices(d.fcprojw_t, d.fcprojw, d.C, d.OC, 1);
 }
 
-// The accumulated outputs set to their start values.
-static void reset_accumulated(const Buffers& d) {
-    copy_floats(d.dweight, d.dweight0, (size_t)d.OC * d.C);
-    copy_floats(d.dbias, d.dbias0, d.OC);
-    copy_floats(d.dfcb, d.dfcb0, d.OC);
-}
-
-// Outputs and the transposed copies the variants write poisoned, accumulated outputs reset.
+// Every output and transposed copy the variants write poisoned (NaN stays where one is not written).
 static void reset_outputs(const Buffers& d) {
     size_t n_in = (size_t)d.N * d.C, n_out = (size_t)d.N * d.OC;
     poison(d.dinp, n_in);
     poison(d.inp_t, n_in);
+    poison(d.dweight, (size_t)d.OC * d.C);
+    for (float* p : {d.dbias, d.dfcb}) { poison(p, d.OC); }
     for (float* p : {d.dout_t, d.dfch, d.dgelu, d.dfch_t, d.gelu_t}) { poison(p, n_out); }
-    reset_accumulated(d);
 }
 
 // fc layer: CHECKED_ROWS rows of dinp, CHECKED_WEIGHTS entries of dweight, all of dbias, and
@@ -209,8 +189,7 @@ static double check_fc(const Buffers& d, int variant) {
     int N = d.N, C = d.C, OC = d.OC;
     std::vector<float> dout = download(d.dout, (size_t)N * OC), inp = download(d.inp, (size_t)N * C);
     std::vector<float> weight = download(d.weight, (size_t)OC * C), dinp = download(d.dinp, (size_t)N * C);
-    std::vector<float> dweight = download(d.dweight, (size_t)OC * C), dweight0 = download(d.dweight0, (size_t)OC * C);
-    std::vector<float> dbias = download(d.dbias, OC), dbias0 = download(d.dbias0, OC);
+    std::vector<float> dweight = download(d.dweight, (size_t)OC * C), dbias = download(d.dbias, OC);
     ErrorMeter dinp_error = {}, dweight_error = {}, dbias_error = {}, transpose_error = {};
     for (int row : sample_rows(N, CHECKED_ROWS)) {
         for (int c = 0; c < C; c++) {
@@ -221,11 +200,11 @@ static double check_fc(const Buffers& d, int variant) {
     }
     for (int i : sample_rows(OC * C, CHECKED_WEIGHTS)) {
         int o = i / C, c = i % C;
-        double sum = dweight0[i];
+        double sum = 0.0;
         for (int row = 0; row < N; row++) { sum += (double)dout[(size_t)row * OC + o] * inp[(size_t)row * C + c]; }
         error_add(&dweight_error, dweight[i], sum);
     }
-    std::vector<double> column_sums(dbias0.begin(), dbias0.end());
+    std::vector<double> column_sums(OC, 0.0);
     for (int row = 0; row < N; row++) {
         for (int o = 0; o < OC; o++) { column_sums[o] += dout[(size_t)row * OC + o]; }
     }
@@ -250,7 +229,7 @@ static double check_gelu_pair(const Buffers& d, int variant) {
     std::vector<float> dres = download(d.dresidual, (size_t)N * C), fch = download(d.fch, n_out);
     std::vector<float> w = download(d.fcprojw, (size_t)C * OC), dfch = download(transposed ? d.dfch_t : d.dfch, n_out);
     std::vector<float> gelu_t = transposed ? download(d.gelu_t, n_out) : std::vector<float>();
-    std::vector<float> dfcb = download(d.dfcb, OC), dfcb0 = download(d.dfcb0, OC);
+    std::vector<float> dfcb = download(d.dfcb, OC);
     ErrorMeter dfch_error = {}, gelu_error = {}, dfcb_error = {};
     for (int row : sample_rows(N, CHECKED_ROWS)) {
         for (int j = 0; j < OC; j++) {
@@ -262,7 +241,7 @@ static double check_gelu_pair(const Buffers& d, int variant) {
             if (transposed) { error_add(&gelu_error, gelu_t[at], gelu_tanh(x)); }
         }
     }
-    std::vector<double> column_sums(dfcb0.begin(), dfcb0.end());
+    std::vector<double> column_sums(OC, 0.0);
     for (size_t i = 0; i < n_out; i++) { column_sums[transposed ? i / N : i % OC] += dfch[i]; }
     for (int j = 0; j < OC; j++) { error_add(&dfcb_error, dfcb[j], column_sums[j]); }
     double error = std::max({error_value(dfch_error), error_value(gelu_error), error_value(dfcb_error)});
@@ -302,12 +281,11 @@ int main(int argc, char** argv) {
     d.dfch = gpu_floats(n_out), d.dfcb = gpu_floats(OC), d.dresidual = gpu_floats(n_in), d.fch = gpu_floats(n_out);
     d.fcprojw = gpu_floats(n_weight), d.fcprojw_t = gpu_floats(n_weight);
     d.dgelu = gpu_floats(n_out), d.dfch_t = gpu_floats(n_out), d.gelu_t = gpu_floats(n_out);
-    d.dweight0 = gpu_floats(n_weight), d.dbias0 = gpu_floats(OC), d.dfcb0 = gpu_floats(OC);
-    d.bias_scratch = gpu_floats(OC), d.partials = gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * OC);
+    d.partials = gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * OC);
     d.counters = (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS);
     cudaCheck(cudaMemset(d.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
-    d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.bias_scratch, NULL);
-    d.dgelu_plan = lt_plan(OC, N, C, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, d.bias_scratch, d.fch);
+    d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.dbias, NULL);
+    d.dgelu_plan = lt_plan(OC, N, C, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, d.dfcb, d.fch);
     d.dinp_plan = lt_plan(C, N, OC, true, true, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);      // weight_t, dout_t
     d.dweight_plan = lt_plan(C, OC, N, true, false, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);  // inp_t, dout_t
     if (variant_selected(7)) {
@@ -315,7 +293,7 @@ int main(int argc, char** argv) {
         reset_outputs(d);
         bias_and_transposes(d);
         int dinp_rank = lt_autotune(&d.dinp_plan, d.dinp, d.weight_t, d.dout_t, 0.0f, AUTOTUNE_CANDIDATES);
-        int dweight_rank = lt_autotune(&d.dweight_plan, d.dweight, d.inp_t, d.dout_t, 1.0f, AUTOTUNE_CANDIDATES);
+        int dweight_rank = lt_autotune(&d.dweight_plan, d.dweight, d.inp_t, d.dout_t, 0.0f, AUTOTUNE_CANDIDATES);
         note("7: the fastest algorithm is the heuristic's number %d for dinp, %d for dweight (0: its own choice)",
              dinp_rank, dweight_rank);
     }
@@ -323,7 +301,7 @@ int main(int argc, char** argv) {
         if (!variant_selected(variant)) { continue; }
         LtPlan* plan = variant == 4 ? &d.bgradb_plan : variant == 5 ? &d.dgelu_plan : NULL;
         bool plan_works = variant == 7 ? d.dinp_plan.supported && d.dweight_plan.supported
-                          : plan == NULL || (variant == 4 ? lt_try(plan, d.dweight, d.inp, d.dout, 1.0f)
+                          : plan == NULL || (variant == 4 ? lt_try(plan, d.dweight, d.inp, d.dout, 0.0f)
                                                           : lt_try(plan, d.dfch, d.fcprojw, d.dresidual, 0.0f));
         if (!plan_works) {
             note("%s: cuBLASLt has no algorithm for this epilogue with FP32 data", VARIANT_NAMES[variant]);
@@ -343,17 +321,16 @@ int main(int argc, char** argv) {
                   uses_tf32(variant) ? CEILING_TF32 : CEILING_FP32, error,
                   uses_tf32(variant) ? TF32_TOLERANCE : FP32_TOLERANCE, det);
         if (variant != 2) { continue; }
-        // The parts: dout_t and inp_t computed once for the products that read them, then only the
-        // accumulated outputs reset between runs. Bytes (0: a product, FLOPs counted): bias_backward
-        // reads dout and writes dout_t, dbias read and written; a transposition reads and writes.
+        // The parts: dout_t and inp_t computed once for the products that read them. Bytes (0: a
+        // product, FLOPs counted): bias_backward reads dout and writes dout_t and dbias; a
+        // transposition reads and writes.
         reset_outputs(d);
         bias_and_transposes(d);
-        Launch restore = [&] { reset_accumulated(d); };
-        const double part_bytes[NUM_PARTS] = {0.0, 0.0, (2.0 * n_out + 2.0 * OC) * sizeof(float),
+        const double part_bytes[NUM_PARTS] = {0.0, 0.0, (2.0 * n_out + OC) * sizeof(float),
                                               2.0 * n_in * sizeof(float), 0.0, 0.0, 0.0,
                                               2.0 * n_weight * sizeof(float)};
         for (int part = 0; part < NUM_PARTS; part++) {
-            double part_ms = bench_ms([&] { launch_part(part, d); }, restore);
+            double part_ms = bench_ms([&] { launch_part(part, d); });
             bool product = part_bytes[part] == 0.0;
             print_row("matmul_backward", PART_NAMES[part], part_ms, product ? 2.0 * N * C * OC : part_bytes[part],
                       product ? CEILING_TF32 : CEILING_COPY, 0.0, -1.0, DETERMINISM_UNCHECKED);
