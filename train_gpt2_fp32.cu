@@ -1877,6 +1877,39 @@ __device__ void load_query_stage(float* stage, const float* q_head, const float*
     }
 }
 
+// One query tile of the dK/dV kernel for a warp's 16 keys: S^T and dP^T (rows are keys, columns
+// queries) against the q and dout tiles of a load_query_stage stage, then P^T and dS^T in s and dp
+// (TF32-ready), then dv += P^T dout and dk += dS^T q.
+template <AttentionKind KIND, int HS, bool SPLIT, bool HOLD, int QUERIES>
+__device__ __forceinline__ void dkdv_tile(float dk[HS / 16][2][4], float dv[HS / 16][2][4], float s[QUERIES / 8][4],
+                                          float dp[QUERIES / 8][4], const float k_frag[][4], const float v_frag[][4],
+                                          const float* k_tile, const float* v_tile, const float* stage, int warp_row,
+                                          int warp_key0, int query0, float scale, const FragmentOffsets& off, int g,
+                                          int q) {
+    constexpr int TILE = QUERIES * HS;
+    const float *q_tile = stage, *do_tile = stage + TILE, *stat_a = stage + 2 * TILE, *stat_b = stat_a + QUERIES;
+    float exp_scale = exponent_scale<SPLIT>(scale), lse_scale = exp_scale / scale;
+    warp_scores<HS, QUERIES, SPLIT, HOLD>(s, k_frag, k_tile, warp_row, q_tile, off);
+    if (query0 < warp_key0 + 15) {
+        mask_causal<QUERIES, true>(s, warp_key0, query0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
+    }
+    warp_scores<HS, QUERIES, SPLIT, HOLD>(dp, v_frag, v_tile, warp_row, do_tile, off);
+#pragma unroll
+    for (int n = 0; n < QUERIES / 8; n++) {
+        float2 pair_a = *(const float2*)(stat_a + 8 * n + 2 * q), pair_b = *(const float2*)(stat_b + 8 * n + 2 * q);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float column_a = (i & 1) ? pair_a.y : pair_a.x, column_b = (i & 1) ? pair_b.y : pair_b.x;
+            if (KIND == ATTENTION_SOFTMAX) { column_a *= lse_scale; }
+            probability_and_gradient<KIND, SPLIT>(s[n][i], dp[n][i], scale, exp_scale, column_a, column_b);
+            s[n][i] = tf32_operand<SPLIT>(s[n][i]);
+            dp[n][i] = tf32_operand<SPLIT>(dp[n][i]);
+        }
+    }
+    accumulate_transposed<HS, QUERIES, SPLIT>(dv, s, do_tile, off);
+    accumulate_transposed<HS, QUERIES, SPLIT>(dk, dp, q_tile, off);
+}
+
 // dK, dV: one CTA per 64 keys of a head, looping over query tiles from the diagonal to T.
 template <AttentionKind KIND, int HS, bool SPLIT>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT))
@@ -1897,7 +1930,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT
     const float* do_head = dout + b * T * C + h * HS;
     float *k_tile = smem + 2 * STAGE, *v_tile = k_tile + FLASH_ROWS * HS;
     int first_tile = key0 / QUERIES, num_tiles = ceil_div(T, QUERIES);
-    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<SPLIT>(scale), lse_scale = exp_scale / scale;
+    float scale = rsqrtf((float)HS);
 
     load_query_stage<KIND, HS, QUERIES>(smem, q_head, do_head, lse + head_rows, delta + head_rows, row_stride, C,
                                first_tile * QUERIES, T);
@@ -1924,28 +1957,10 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT
         cp_async_commit();
         int query0 = tile * QUERIES;
         if (query0 + QUERIES - 1 < warp_key0) { continue; }  // every query before every key of this warp
-        const float* q_tile = smem + ((tile - first_tile) & 1) * STAGE;
-        const float *do_tile = q_tile + TILE, *stat_a = q_tile + 2 * TILE, *stat_b = stat_a + QUERIES;
-        float s[QUERIES / 8][4], dp[QUERIES / 8][4];  // transposed: rows are keys, columns queries
-        warp_scores<HS, QUERIES, SPLIT, HOLD>(s, k_frag, k_tile, warp_row, q_tile, off);
-        if (query0 < warp_key0 + 15) {
-            mask_causal<QUERIES, true>(s, warp_key0, query0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
-        }
-        warp_scores<HS, QUERIES, SPLIT, HOLD>(dp, v_frag, v_tile, warp_row, do_tile, off);
-#pragma unroll
-        for (int n = 0; n < QUERIES / 8; n++) {
-            float2 pair_a = *(const float2*)(stat_a + 8 * n + 2 * q), pair_b = *(const float2*)(stat_b + 8 * n + 2 * q);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float column_a = (i & 1) ? pair_a.y : pair_a.x, column_b = (i & 1) ? pair_b.y : pair_b.x;
-                if (KIND == ATTENTION_SOFTMAX) { column_a *= lse_scale; }
-                probability_and_gradient<KIND, SPLIT>(s[n][i], dp[n][i], scale, exp_scale, column_a, column_b);
-                s[n][i] = tf32_operand<SPLIT>(s[n][i]);
-                dp[n][i] = tf32_operand<SPLIT>(dp[n][i]);
-            }
-        }
-        accumulate_transposed<HS, QUERIES, SPLIT>(dv, s, do_tile, off);
-        accumulate_transposed<HS, QUERIES, SPLIT>(dk, dp, q_tile, off);
+        float s[QUERIES / 8][4], dp[QUERIES / 8][4];
+        dkdv_tile<KIND, HS, SPLIT, HOLD, QUERIES>(dk, dv, s, dp, k_frag, v_frag, k_tile, v_tile,
+                                                  smem + ((tile - first_tile) & 1) * STAGE, warp_row, warp_key0,
+                                                  query0, scale, off, g, q);
     }
     float dk_scale[4] = {scale, scale, scale, scale}, dv_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t tokens = gridDim.x / NH * (size_t)T;
