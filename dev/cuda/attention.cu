@@ -10,6 +10,8 @@ Kernel lab: causal attention (softmax and ReLU), forward and backward.
              slower than the trainer's, kept here)
   variant 8  variant 4 with one backward kernel: dK/dV's CTAs add dQ's shares in a fixed order
              (below; slower than the trainer's, kept here)
+  variant 9  variant 4 with dS through memory: the dK/dV kernel stores dS, dQ = dS K reads it back
+             (below; slower than the trainer's, kept here)
 Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
 see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
@@ -169,7 +171,7 @@ static const Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
                                          "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
 static const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
                                       "4 flash TF32 wgmma", "5 4 + wgmma dQ", "6 4 + wgmma dK/dV",
-                                      "7 4, pipelined fwd", "8 4 + fused bwd"};
+                                      "7 4, pipelined fwd", "8 4 + fused bwd", "9 4 + dS in memory"};
 
 typedef struct {
     int B, T, NH, hs;
@@ -765,6 +767,26 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
     if (lanes.thread_rank() == 0) { delta[(b * NH + h) * T + t] = sum; }
 }
 
+// delta for the softmax backward of the variants without the trainer's dQ kernel, which writes it.
+template <AttentionKind KIND, int HS>
+static void launch_attention_delta(const FlashBackward& t) {
+    if (KIND != ATTENTION_SOFTMAX) { return; }
+    int rows = t.B * t.NH * t.T;
+    attention_delta_kernel<HS><<<ceil_div((size_t)rows * HS / 4, 256), 256>>>(t.delta, t.dout, t.out, rows, t.T, t.NH);
+    cudaCheck(cudaGetLastError());
+}
+
+// A launcher's scratch, kept between launches and grown to `bytes` when smaller (then zeroed).
+static void* lab_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what) {
+    if (bytes > *capacity) {
+        if (*buffer != NULL) { cudaCheck(cudaFree(*buffer)); }
+        *buffer = device_malloc(bytes, what);
+        cudaCheck(cudaMemset(*buffer, 0, bytes));
+        *capacity = bytes;
+    }
+    return *buffer;
+}
+
 __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
     unsigned int v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -975,21 +997,12 @@ struct FlashBackwardFused {
             trainer.run<KIND, HS, SPLIT>();
         } else {
             const FlashBackward& t = trainer;
-            int rows = t.B * t.NH * t.T;
-            if (KIND == ATTENTION_SOFTMAX) {
-                attention_delta_kernel<HS><<<ceil_div((size_t)rows * HS / 4, 256), 256>>>(t.delta, t.dout, t.out,
-                                                                                           rows, t.T, t.NH);
-                cudaCheck(cudaGetLastError());
-            }
-            static unsigned int* counters = NULL;
+            launch_attention_delta<KIND, HS>(t);
+            static void* buffer = NULL;
             static size_t capacity = 0;
             size_t needed = 1 + (size_t)t.B * t.NH * ceil_div(t.T, FUSED_QUERIES);
-            if (needed > capacity) {
-                if (counters != NULL) { cudaCheck(cudaFree(counters)); }
-                counters = (unsigned int*)device_malloc(needed * sizeof(unsigned int), "fused backward counters");
-                cudaCheck(cudaMemset(counters, 0, needed * sizeof(unsigned int)));
-                capacity = needed;
-            }
+            unsigned int* counters = (unsigned int*)lab_scratch(&buffer, &capacity, needed * sizeof(unsigned int),
+                                                                "fused backward counters");
             static bool configured = false;
             size_t shared = (2 * (2 * FUSED_QUERIES * HS + 2 * FUSED_QUERIES) + FLASH_ROWS * HS +
                              FLASH_ROWS * FUSED_DS_STRIDE + (FLASH_WARPS + 1) * HS) * sizeof(float);
@@ -997,6 +1010,173 @@ struct FlashBackwardFused {
             unsigned int grid = t.B * t.NH * ceil_div(t.T, FLASH_ROWS);
             flash_backward_fused_kernel<KIND, HS><<<grid, FLASH_THREADS, shared>>>(
                 t.dqkv_t, t.bias_partials, counters, t.dout, t.qkv, t.lse, t.delta, t.B, t.T, t.NH);
+            cudaCheck(cudaGetLastError());
+        }
+    }
+};
+
+// ----------------------------------------------------------------------------------------------
+// Variant 9: variant 4 with dS through memory (TF32, hs <= 64; else the trainer's two kernels): the
+// dK/dV kernel, which computes every dS of the causal half anyway, also stores it, and dQ = dS K
+// reads it back instead of computing S, P, dP and dS a second time (5 products instead of 7):
+//   1. delta = dout . out per query (softmax), by attention_delta_kernel (variant 8's);
+//   2. the trainer's dK/dV kernel (its tiles by dkdv_tile), plus a store of each tile's dS^T: one
+//      64 x 64 block per (query block i, key block j <= i) of a head, blocks in the order (0,0),
+//      (1,0), (1,1), (2,0), ..., each [key][query] as the kernel holds it (every warp computes
+//      every tile, as QUERIES is FLASH_ROWS, so the masked pairs are stored as 0);
+//   3. dQ: one CTA per 64 queries of a head loops over its key blocks, each dS^T block and K tile
+//      double-buffered in shared memory, dQ^T += K^T dS^T as the trainer's dQ kernel (C fragments
+//      of dS from the padded block); written transposed with its bias partials by store_columns.
+// The blocks take B NH n(n+1)/2 x 16 KB, n = ceil(T / 64): 428 MB at B=16, T=1024, NH=12.
+// Correct and deterministic, but slower than the trainer's two kernels (H100, backward ms, softmax /
+// ReLU): B=16 0.772-0.775 / 0.793-0.820 against 0.680 / 0.650-0.663, B=8 0.380 / 0.371 against
+// 0.350 / 0.335.
+// Each kernel alone (B=16, the other left out): the trainer's dQ kernel 0.28-0.31 ms and dK/dV 0.40;
+// here dK/dV with the stores 0.49-0.54 and dQ from the stored dS 0.27. Writing the 428 MB costs the
+// dK/dV kernel more than 0.1 ms, and reading it back (1.6 TB/s, with K from L2) takes as long as
+// the three products it replaces.
+
+static const int DS_BLOCK = FLASH_ROWS * FLASH_ROWS;  // floats in one dS^T block
+static const int DS_STRIDE = FLASH_ROWS + 4;          // shared dS^T rows: conflict-free C fragment loads
+
+__host__ __device__ inline size_t ds_blocks_per_head(int T) {
+    size_t n = ceil_div(T, FLASH_ROWS);
+    return n * (n + 1) / 2;
+}
+
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(FLASH_THREADS, 2)
+    flash_backward_dkdv_ds_kernel(float* dqkv_t, float* bias_partials, float* ds, const float* dout,
+                                  const float* qkv, const float* lse, const float* delta, int T, int NH) {
+    constexpr int QUERIES = FLASH_ROWS, TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
+    extern __shared__ float smem[];  // two stages of load_query_stage
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3, warp_row = 16 * warp.meta_group_rank();
+    FragmentOffsets off = fragment_offsets<HS>(g, q);
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C, head_rows = (b * NH + h) * T;
+    int key_block = blockIdx.y, key0 = key_block * FLASH_ROWS, warp_key0 = key0 + warp_row;
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    const float* do_head = dout + b * T * C + h * HS;
+    float* ds_head = ds + (b * NH + h) * ds_blocks_per_head(T) * DS_BLOCK;
+    int num_tiles = ceil_div(T, QUERIES);
+    float scale = rsqrtf((float)HS);
+
+    load_query_stage<KIND, HS, QUERIES>(smem, q_head, do_head, lse + head_rows, delta + head_rows, row_stride, C,
+                                        key0, T);
+    cp_async_commit();
+    float k_frag[HS / 8][4], v_frag[HS / 8][4];
+    load_a_global<HS, false>(k_frag, q_head + C, row_stride, warp_key0, T, g, q);
+    load_a_global<HS, false>(v_frag, q_head + 2 * C, row_stride, warp_key0, T, g, q);
+    float dk[HS / 16][2][4] = {}, dv[HS / 16][2][4] = {};  // transposed
+
+    for (int tile = key_block; tile < num_tiles; tile++) {
+        cp_async_wait_all();
+        block.sync();
+        if (tile + 1 < num_tiles) {
+            load_query_stage<KIND, HS, QUERIES>(smem + ((tile + 1 - key_block) & 1) * STAGE, q_head, do_head,
+                                                lse + head_rows, delta + head_rows, row_stride, C,
+                                                (tile + 1) * QUERIES, T);
+        }
+        cp_async_commit();
+        float s[QUERIES / 8][4], dp[QUERIES / 8][4];
+        dkdv_tile<KIND, HS, false, true, QUERIES>(dk, dv, s, dp, k_frag, v_frag, NULL, NULL,
+                                                  smem + ((tile - key_block) & 1) * STAGE, warp_row, warp_key0,
+                                                  tile * QUERIES, scale, off, g, q);
+        float* ds_block = ds_head + ((size_t)tile * (tile + 1) / 2 + key_block) * DS_BLOCK;  // dS^T: rows are keys
+#pragma unroll
+        for (int n = 0; n < QUERIES / 8; n++) {
+            float* ds_row = ds_block + (warp_row + g) * FLASH_ROWS + 8 * n + 2 * q;
+            *(float2*)ds_row = make_float2(dp[n][0], dp[n][1]);
+            *(float2*)(ds_row + 8 * FLASH_ROWS) = make_float2(dp[n][2], dp[n][3]);
+        }
+    }
+    float dk_scale[4] = {scale, scale, scale, scale}, dv_scale[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    size_t tokens = gridDim.x / NH * (size_t)T;
+    float* dk_t = dqkv_t + (C + h * HS) * tokens + b * T;
+    float* partials = bias_partials + (b * gridDim.y + blockIdx.y) * row_stride + C + h * HS;
+    store_columns<HS>(dk_t, tokens, dk, dk_scale, key0, warp_row, T, partials, smem, g, q);
+    store_columns<HS>(dk_t + C * tokens, tokens, dv, dv_scale, key0, warp_row, T, partials + C, smem, g, q);
+}
+
+// Starts copying key block j's dS^T block (rows padded to DS_STRIDE) and K tile into a stage.
+template <int HS>
+__device__ void load_ds_stage(float* stage, const float* ds_row_blocks, const float* k_head, size_t row_stride,
+                              int j, int T) {
+    const float* src = ds_row_blocks + (size_t)j * DS_BLOCK;
+    for (int idx = threadIdx.x; idx < DS_BLOCK / 4; idx += FLASH_THREADS) {
+        int row = idx / (FLASH_ROWS / 4), c = 4 * (idx % (FLASH_ROWS / 4));
+        cp_async16(stage + row * DS_STRIDE + c, src + row * FLASH_ROWS + c, true);
+    }
+    load_tile<FLASH_ROWS, HS>(stage + FLASH_ROWS * DS_STRIDE, k_head, row_stride, j * FLASH_ROWS, T);
+}
+
+template <int HS>
+__global__ void __launch_bounds__(FLASH_THREADS, 3)
+    flash_backward_dq_from_ds_kernel(float* dqkv_t, float* bias_partials, const float* ds, const float* qkv, int T,
+                                     int NH) {
+    constexpr int STAGE = FLASH_ROWS * DS_STRIDE + FLASH_ROWS * HS;
+    extern __shared__ float smem[];  // two stages of load_ds_stage
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    int g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3, warp_row = 16 * warp.meta_group_rank();
+    FragmentOffsets off = fragment_offsets<HS>(g, q);
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C;
+    int query_block = gridDim.y - 1 - blockIdx.y, query0 = query_block * FLASH_ROWS;  // the heaviest first
+    const float* k_head = qkv + b * T * row_stride + C + h * HS;
+    const float* ds_row_blocks = ds + ((b * NH + h) * ds_blocks_per_head(T) +
+                                       (size_t)query_block * (query_block + 1) / 2) * DS_BLOCK;
+    float dq[HS / 16][2][4] = {};  // transposed
+
+    load_ds_stage<HS>(smem, ds_row_blocks, k_head, row_stride, 0, T);
+    cp_async_commit();
+    for (int j = 0; j <= query_block; j++) {
+        cp_async_wait_all();
+        __syncthreads();
+        if (j < query_block) { load_ds_stage<HS>(smem + ((j + 1) & 1) * STAGE, ds_row_blocks, k_head, row_stride, j + 1, T); }
+        cp_async_commit();
+        const float* ds_t = smem + (j & 1) * STAGE;  // [key][query]
+        float x[FLASH_ROWS / 8][4];  // the warp's 16 x 64 dS in the C layout
+#pragma unroll
+        for (int n = 0; n < FLASH_ROWS / 8; n++) {
+            const float* col = ds_t + (8 * n + 2 * q) * DS_STRIDE + warp_row + g;
+            x[n][0] = col[0], x[n][1] = col[DS_STRIDE], x[n][2] = col[8], x[n][3] = col[DS_STRIDE + 8];
+        }
+        accumulate_transposed<HS, FLASH_ROWS, false>(dq, x, ds_t + FLASH_ROWS * DS_STRIDE, off);
+    }
+    float scale = rsqrtf((float)HS), row_scale[4] = {scale, scale, scale, scale};
+    size_t tokens = gridDim.x / NH * (size_t)T;
+    float* partials = bias_partials + (b * gridDim.y + query_block) * row_stride + h * HS;
+    store_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, dq, row_scale, query0, warp_row, T, partials, smem,
+                      g, q);
+}
+
+// The trainer's backward launcher with variant 9's kernels for hs <= 64 in TF32 mode.
+struct FlashBackwardDsMemory {
+    FlashBackward trainer;
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        if constexpr (SPLIT || HS > 64) {
+            trainer.run<KIND, HS, SPLIT>();
+        } else {
+            const FlashBackward& t = trainer;
+            launch_attention_delta<KIND, HS>(t);
+            static void* buffer = NULL;
+            static size_t capacity = 0;
+            size_t needed = (size_t)t.B * t.NH * ds_blocks_per_head(t.T) * DS_BLOCK;
+            float* ds = (float*)lab_scratch(&buffer, &capacity, needed * sizeof(float), "dS blocks");
+            dim3 grid(t.B * t.NH, ceil_div(t.T, FLASH_ROWS));
+            static bool dkdv_configured = false, dq_configured = false;
+            size_t dkdv_shared = 2 * (2 * FLASH_ROWS * HS + 2 * FLASH_ROWS) * sizeof(float);
+            flash_set_shared(flash_backward_dkdv_ds_kernel<KIND, HS>, dkdv_shared, &dkdv_configured);
+            flash_backward_dkdv_ds_kernel<KIND, HS><<<grid, FLASH_THREADS, dkdv_shared>>>(
+                t.dqkv_t, t.bias_partials, ds, t.dout, t.qkv, t.lse, t.delta, t.T, t.NH);
+            cudaCheck(cudaGetLastError());
+            size_t dq_shared = 2 * (FLASH_ROWS * DS_STRIDE + FLASH_ROWS * HS) * sizeof(float);
+            flash_set_shared(flash_backward_dq_from_ds_kernel<HS>, dq_shared, &dq_configured);
+            flash_backward_dq_from_ds_kernel<HS><<<grid, FLASH_THREADS, dq_shared>>>(t.dqkv_t, t.bias_partials, ds,
+                                                                                    t.qkv, t.T, t.NH);
             cudaCheck(cudaGetLastError());
         }
     }
@@ -1079,6 +1259,8 @@ static void run_backward(Buffers* d, AttentionKind kind, int variant) {
         run_lab_backward<FlashBackwardWgmmaDkdv>(d, kind, "variant 6");
     } else if (variant == 8) {
         run_lab_backward<FlashBackwardFused>(d, kind, "variant 8");
+    } else if (variant == 9) {
+        run_lab_backward<FlashBackwardDsMemory>(d, kind, "variant 9");
     } else {
         g_wgmma = variant == 4 || variant == 7;
         flash_attention_backward(d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B,
@@ -1325,13 +1507,15 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
 static double convention_forward_flops(Shape s) { return 4.0 * s.B * s.NH * (double)s.T * s.T * s.hs / 2; }
 
 static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq, bool wgmma_dkdv, bool fused,
-                                 double* forward, double* backward) {
+                                 bool ds_memory, double* forward, double* backward) {
     int forward_keys = flash_forward_keys(s.hs), dq_keys = FLASH_DQ_KEYS;
     int queries = flash_dkdv_queries(s.hs, split);
     double forward_tiles = 0, dq_tiles = 0, dkdv_tiles = 0;  // 16 x tile x hs products per warp and tile
     double cta_tiles = 0;  // the fused backward's dQ shares: every warp of a key block's CTA, every tile
+    double ds_keys = 0;    // dQ from stored dS: every warp of a query block, every key block up to it
     for (int block0 = 0; block0 < s.T; block0 += FLASH_ROWS) {
         cta_tiles += ceil_div(s.T, queries) - block0 / queries;
+        ds_keys += FLASH_WARPS * (block0 + FLASH_ROWS);
         for (int w = 0; w < FLASH_WARPS; w++) {
             int row0 = block0 + 16 * w, rows_end = std::min(block0 + FLASH_ROWS, s.T);
             for (int key0 = 0; key0 < rows_end; key0 += forward_keys) { forward_tiles += key0 <= row0 + 15; }
@@ -1347,6 +1531,7 @@ static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq,
     if (fused && s.hs <= 64) {
         *backward = heads * unit * (dkdv_tiles * queries * 4 + cta_tiles * FLASH_WARPS * FLASH_ROWS);
     }
+    if (ds_memory && !split && s.hs <= 64) { *backward = heads * unit * (dkdv_tiles * queries * 4 + ds_keys); }
     if (!wgmma) { return; }
     // 64 x WG_KEYS tiles per warpgroup: the forward's and dQ's from key 0 to the warpgroup's last
     // query, dK/dV's from its first key's query tile to T; the wgmma backward kernels for hs <= 64
@@ -1394,8 +1579,8 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
     double conv_forward = convention_forward_flops(s), conv_backward = 2.5 * conv_forward;
     double exec_forward = conv_forward * 2, exec_backward = conv_backward * 8 / 5;  // full T x T products
     if (variant != 1) {
-        flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, variant == 6, variant == 8, &exec_forward,
-                             &exec_backward);
+        flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, variant == 6, variant == 8, variant == 9,
+                             &exec_forward, &exec_backward);
     }
     double tf_forward = conv_forward / forward_ms * 1e-9, tf_backward = conv_backward / backward_ms * 1e-9;
     char forward[64], backward[64], note[128];
@@ -1480,14 +1665,14 @@ int main(int argc, char** argv) {
             continue;
         }
         int v = atoi(argv[i]);
-        if (v < 1 || v > 8) { fail("variant '%s': expected 1 to 8", argv[i]); }
+        if (v < 1 || v > 9) { fail("variant '%s': expected 1 to 9", argv[i]); }
         variants.push_back(v);
     }
     if (!cuda_setup(true)) { fail("no CUDA device"); }
     bool hopper = g_wgmma;
-    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8} : std::vector<int>{1, 2, 3}; }
+    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9} : std::vector<int>{1, 2, 3}; }
     if (!hopper && std::any_of(variants.begin(), variants.end(), [](int v) { return v >= 4; })) {
-        fail("variants 4 to 8 need a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
+        fail("variants 4 to 9 need a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
     }
     bool materialised = std::find(variants.begin(), variants.end(), 1) != variants.end();
     const AttentionKind kinds[] = {ATTENTION_SOFTMAX, ATTENTION_RELU};
