@@ -45,8 +45,16 @@ VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
 CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_launch build/test_zero build/test_json \
              build/test_safetensors build/test_hf build/test_guards build/test_eval build/test_state_file \
-             build/test_debug_state
+             build/test_debug_state build/test_step_idle
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer
+
+# CUPTI (the CUDA toolkit's profiling library) for the kernel tracer, dev/profile/kernel_trace.cpp;
+# without it the tracer is not built.
+CUPTI_DIR := $(firstword $(foreach d,$(CUDA_HOME) $(CUDA_HOME)/extras/CUPTI,$(if $(wildcard $(d)/include/cupti.h),$(d))))
+CUPTI_LIB := $(firstword $(wildcard $(CUPTI_DIR)/lib64/libcupti.so $(CUPTI_DIR)/lib/libcupti.so))
+ifneq ($(CUPTI_LIB),)
+  BINARIES += build/libkernel_trace.so
+endif
 
 .PHONY: all train test data fixtures test-124m test-hf test-generate test-faults fuzz bench-tokenizer clean lab nccl-info
 
@@ -67,9 +75,13 @@ prepare_data: dev/data/prepare_data.cpp $(wildcard dev/data/*.h) $(LLMC_HEADERS)
 hf_convert: dev/hf/hf_convert.cpp $(LLMC_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@
 
-build/%: dev/test/%.cpp dev/test/testing.h $(wildcard dev/test/*.h) $(wildcard dev/data/*.h) $(LLMC_HEADERS)
+build/%: dev/test/%.cpp dev/test/testing.h $(wildcard dev/test/*.h dev/data/*.h dev/profile/*.h) $(LLMC_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) $< -o $@
+
+build/libkernel_trace.so: dev/profile/kernel_trace.cpp dev/profile/step_idle.h
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) -shared -fPIC -I$(CUPTI_DIR)/include $< -o $@ -L$(dir $(CUPTI_LIB)) -Xlinker -rpath=$(dir $(CUPTI_LIB)) -lcupti
 
 # test_paths runs the binaries from other directories.
 build/test_paths: | prepare_data train_gpt2_fp32 test_gpt2_fp32
@@ -100,6 +112,7 @@ test: all $(TRAIN_DATA)
 	build/test_eval
 	build/test_state_file
 	build/test_debug_state
+	build/test_step_idle
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin

@@ -6,12 +6,14 @@
 # While our steps run, nvidia-smi samples the GPU every 50 ms: the share of time a kernel was running
 # (busy: 100% means no idle GPU between kernels), the SM clock and the power, averaged over the
 # samples from step 3 to the end (the clock drops when a long run reaches the power limit).
-#   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [-r 0|1] [--no-torch] [--kernels]
+# --idle also runs our trainer for 12 steps under the kernel tracer (dev/profile/kernel_trace.cpp,
+# CUPTI): the time per step in which no kernel or copy ran on any stream, and what ran around the gaps.
+#   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [-r 0|1] [--no-torch] [--kernels] [--idle]
 # e.g. the larger models' rows: scripts/bench.sh -e "d24" -b 16 -k softmax; scripts/bench.sh -e d48 -b 8 -k softmax
 # -r 1 runs our trainer with -r 1 (residual2 recomputed: less memory, a little slower); its rows say "/r1".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models="d12"; batches="4 8 16 32"; kinds="softmax relu"; steps=30; recompute=0; torch=1; kernels=0
+models="d12"; batches="4 8 16 32"; kinds="softmax relu"; steps=30; recompute=0; torch=1; kernels=0; idle=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -e) models=$2; shift 2 ;;
@@ -21,10 +23,14 @@ while [ $# -gt 0 ]; do
     -r) recompute=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
     --kernels) kernels=1; shift ;;
+    --idle) idle=1; shift ;;
     *) echo "error: unknown argument $1 (see the header of $0)" >&2; exit 1 ;;
   esac
 done
 make -j"$(nproc)" train_gpt2_fp32 > /dev/null
+if [ "$idle" = 1 ]; then
+  make build/libkernel_trace.so > /dev/null || { echo "error: --idle needs the kernel tracer (CUPTI)" >&2; exit 1; }
+fi
 make data > /dev/null
 data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 logs=$(mktemp -d)
@@ -62,7 +68,7 @@ gpu_stats() {
 # Our MFU as the trainer reports it, averaged over the steps after the first (which includes setup).
 trainer_mfu() { grep '^step' "$1" | awk -F'|' 'NR > 1 { sub(/.*MFU /, "", $7); sum += $7; n++ } END { printf "%.1f", n ? sum / n : 0 }'; }
 
-rows=()
+rows=(); traced=()
 for model in $models; do
   for kind in $kinds; do
     for B in $batches; do
@@ -82,6 +88,12 @@ for model in $models; do
           || { echo "error: PyTorch failed at $model B=$B $kind:"; tail -n 3 "$logs/torch_$run.log"; exit 1; }
         torch_ms=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*ms_per_step=\([0-9.]*\).*/\1/')
         torch_gb=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*peak_mem_gb=\([0-9.]*\).*/\1/')
+      fi
+      if [ "$idle" = 1 ]; then
+        CUDA_INJECTION64_PATH=build/libkernel_trace.so KERNEL_TRACE_REPORT="$logs/idle_$run.txt" ./train_gpt2_fp32 \
+          -e "$model" -A "$kind" -b "$B" -t 1024 -x 12 -v 0 -s 0 -r "$recompute" -i "$data" > /dev/null 2>&1 \
+          || { echo "error: the traced run failed at $model B=$B $kind"; exit 1; }
+        traced+=("$model $kind B=$B:$logs/idle_$run.txt")
       fi
       label=$model; [ "$recompute" = 1 ] && label=$model/r1
       rows+=("$label $kind $B $ours_ms $ours_mfu $ours_gb $torch_ms $torch_gb $busy $mhz $watts")
@@ -104,6 +116,14 @@ for row in "${rows[@]}"; do
     else { printf "%-6s %-8s %3d | %9.2f %9.0f %5.1f%% %8.2f %6s %5s | %9.2f %9.0f %8.2f | %7.3f %7.3f\n", model, kind, B, ms, tok / ms * 1000, mfu, gb, busy, mhz, tms, tok / tms * 1000, tgb, ms / tms, gb / tgb }
   }'
 done
+
+if [ "$idle" = 1 ]; then
+  for entry in "${traced[@]}"; do
+    echo
+    echo "${entry%%:*}, 12 steps under the kernel tracer:"
+    cat "${entry#*:}"
+  done
+fi
 
 if [ "$kernels" = 1 ] && command -v ncu > /dev/null; then
   B=$(echo $batches | awk '{print $NF}'); kind=$(echo $kinds | awk '{print $1}')
