@@ -53,8 +53,10 @@ static inline StepIdleReport step_idle_report(std::vector<KernelSpan> spans, con
                                               int skip_steps) {
     std::sort(spans.begin(), spans.end(), [](const KernelSpan& a, const KernelSpan& b) { return a.start < b.start; });
     std::vector<uint64_t> ends;
+    uint64_t longest = 0;  // no span starts more than this before a step and still reaches into it
     for (const KernelSpan& k : spans) {
         if (k.name.find(marker) != std::string::npos) { ends.push_back(k.end); }
+        longest = std::max(longest, k.end - k.start);
     }
     std::sort(ends.begin(), ends.end());
     StepIdleReport report;
@@ -62,8 +64,11 @@ static inline StepIdleReport step_idle_report(std::vector<KernelSpan> spans, con
     for (size_t s = (size_t)skip_steps + 1; s < ends.size(); s++) {
         uint64_t from = ends[s - 1], to = ends[s], covered = from, busy = 0, kernel_sum = 0;
         std::string last = "(step start)";
-        for (const KernelSpan& k : spans) {
-            if (k.start >= to || k.end <= from) { continue; }
+        auto first = std::lower_bound(spans.begin(), spans.end(), from - std::min(from, longest),
+                                      [](const KernelSpan& k, uint64_t t) { return k.start < t; });
+        for (auto it = first; it != spans.end() && it->start < to; ++it) {
+            const KernelSpan& k = *it;
+            if (k.end <= from) { continue; }
             uint64_t start = std::max(k.start, from), end = std::min(k.end, to);
             kernel_sum += end - start;
             if (start > covered) {

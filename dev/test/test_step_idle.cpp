@@ -54,6 +54,16 @@ TEST(skipped_steps_and_kernels_across_a_step_boundary) {
     CHECK(near(r.kernel_sum, 38 + 60 + 5));  // only its part inside the step
 }
 
+TEST(a_kernel_from_the_step_before_covers_the_start) {
+    std::vector<KernelSpan> spans = two_steps();
+    spans.push_back({95, 120, 2, "long_side_kernel"});  // starts in the first step, ends in the second
+    StepIdleReport r = step_idle_report(spans, "adamw", 1);
+    CHECK(r.steps == 1);
+    CHECK(near(r.busy, 100));  // 110..120 from it, then 112..210: no idle at the step's start
+    CHECK(near(r.kernel_sum, 10 + 38 + 60));
+    CHECK(r.gaps.empty());
+}
+
 TEST(too_few_markers_give_no_step) {
     std::vector<KernelSpan> spans = {{0, 10, 1, "adamw_kernel"}, {20, 30, 1, "other"}};
     StepIdleReport r = step_idle_report(spans, "adamw", 0);
