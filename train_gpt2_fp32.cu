@@ -42,6 +42,11 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 
 namespace cg = cooperative_groups;
 
+// Every launch goes to the calling thread's default stream, which graph capture relies on.
+#ifndef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#error "build with nvcc --default-stream per-thread, as the Makefile does"
+#endif
+
 // ----------------------------------------------------------------------------------------------
 // CUDA utilities
 

@@ -29,15 +29,16 @@ missed=0
 for entry in "${mutations[@]}"; do
   IFS='|' read -r name kinds expression <<< "$entry"
   dir=build/mutants/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')
-  mkdir -p "$dir"
+  rm -rf "$dir" && mkdir -p "$dir"  # no test binary of an earlier run left to be run
   sed "$expression" train_gpt2_fp32.cu > "$dir/train_gpt2_fp32.cu"
   cp test_gpt2_fp32.cu "$dir/"
   if cmp -s train_gpt2_fp32.cu "$dir/train_gpt2_fp32.cu"; then
     echo "NOT APPLIED  $name (the pattern no longer matches the source)"
     missed=$((missed + 1))
+    rm -rf "$dir"
     continue
   fi
-  ( nvcc -O3 -std=c++17 -gencode arch=compute_$arch,code=sm_$arch -I. "$dir/test_gpt2_fp32.cu" -o "$dir/test" \
+  ( nvcc -O3 -std=c++17 --default-stream per-thread -gencode arch=compute_$arch,code=sm_$arch -I. "$dir/test_gpt2_fp32.cu" -o "$dir/test" \
       -lcublasLt -lcublas > "$dir/build.log" 2>&1 ) &
 done
 wait
@@ -45,10 +46,18 @@ wait
 for entry in "${mutations[@]}"; do
   IFS='|' read -r name kinds expression <<< "$entry"
   dir=build/mutants/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')
-  [ -x "$dir/test" ] || continue
+  [ -d "$dir" ] || continue  # not applied, counted above
+  if [ ! -x "$dir/test" ]; then
+    echo "NOT BUILT    $name: $(grep -m1 'error' "$dir/build.log" 2>/dev/null | cut -c1-100)"
+    missed=$((missed + 1))
+    continue
+  fi
   for kind in $kinds; do
     if "$dir/test" -f 0 -m $fixtures/gpt2_small_${kind}_model.bin -s $fixtures/gpt2_small_${kind}_state.bin > "$dir/$kind.log" 2>&1; then
       echo "MISSED       $name ($kind): the test passed"
+      missed=$((missed + 1))
+    elif ! grep -q 'FAIL$' "$dir/$kind.log"; then  # a crash is not a catch
+      echo "MISSED       $name ($kind): no check failed, the test stopped: $(grep -m1 -i 'error' "$dir/$kind.log" | cut -c1-100)"
       missed=$((missed + 1))
     else
       echo "caught       $name ($kind): $(grep -c 'FAIL$' "$dir/$kind.log") checks failed, first: $(grep -m1 'FAIL$' "$dir/$kind.log" | cut -c1-22)"
