@@ -22,6 +22,7 @@ mutations=(
   "layernorm backward without mean_g_xhat|softmax|s#- xhat\[j\] \* mean_g_xhat#- xhat[j] * 0.0f#"
   "layernorm dweight/dbias sum drops all stripes but one|softmax|s#for (int s = 1; s < stripes; s++)#for (int s = 1; s < 1; s++)#"
   "weight gradients added to what the memory held|softmax|s#N, inp_transposed, false, 1.0f, 0.0f,#N, inp_transposed, false, 1.0f, 1.0f,#"
+  "dlnf without its last vocabulary chunk|softmax|s#for (int p = 1; p < count; p++)#for (int p = 1; p < count - 1; p++)#"
 )
 
 caught=0

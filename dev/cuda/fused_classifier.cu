@@ -15,9 +15,9 @@ dloss, 0 in the padded columns.
   Fusion (d), the LM head in row chunks, as the trainer's classifier_forward: per chunk the
   logits product, the classifier, then the two backward products (dlnf and dwte) use the chunk's
   dlogits before the next chunk reuses the buffer; the logits buffer shrinks with the chunk:
-  variant 5  the trainer's lm_head_chunk (logits product, fused_classifier, dlnf and dwte
-             products, all on the transposed logits) per chunk of 8192 (all at once), 4096, 2048
-             and 1024 rows; one row each
+  variant 5  the trainer's lm_head_chunk (logits product, fused_classifier, dlnf in vocabulary
+             chunks and dwte products, all on the transposed logits) per chunk of 8192 (all at
+             once), 4096, 2048 and 1024 rows; one row each
   variant 6  the trainer's kernel before the transposed layout: a block per row, the running max
              and sum in one pass (4 float4 loads in flight per thread), then the write pass
 
@@ -242,7 +242,7 @@ static void launch_classifier(int variant, float* logits, float* losses, const i
 // Variant 5: the LM head as the trainer runs it, chunk_rows rows at a time.
 
 typedef struct {
-    float *lnf, *lnf_t, *wte, *wte_t, *dwte, *dwte0, *dlnf, *logits, *losses, *scratch;  // *_t: transposed
+    float *lnf, *lnf_t, *wte, *wte_t, *dwte, *dwte0, *dlnf, *dlnf_partials, *logits, *losses, *scratch;  // *_t: transposed
     int* targets;
     int N, C;
 } Head;
@@ -250,9 +250,9 @@ typedef struct {
 static void launch_head(const Head& h, int chunk_rows) {
     for (int first = 0; first < h.N; first += chunk_rows) {
         int rows = std::min(chunk_rows, h.N - first);
-        lm_head_chunk(h.logits, h.losses + first, h.scratch, h.dlnf + (size_t)first * h.C, h.dwte, first > 0,
-                      h.lnf_t, h.lnf + (size_t)first * h.C, h.wte, h.wte_t, h.targets + first, 1.0f / h.N, rows, h.C,
-                      LAB_V, LAB_VP);
+        lm_head_chunk(h.logits, h.losses + first, h.scratch, h.dlnf + (size_t)first * h.C, h.dlnf_partials, h.dwte,
+                      first > 0, h.lnf_t, h.lnf + (size_t)first * h.C, h.wte, h.wte_t, h.targets + first, 1.0f / h.N,
+                      rows, h.C, LAB_V, LAB_VP);
     }
 }
 
@@ -378,11 +378,11 @@ static void run_head(int N) {
     int C = LAB_C;
     Head h = {gpu_floats((size_t)N * C), gpu_floats((size_t)C * N), gpu_floats((size_t)LAB_VP * C),
               gpu_floats((size_t)C * LAB_VP), gpu_floats((size_t)LAB_VP * C), gpu_floats((size_t)LAB_VP * C),
-              gpu_floats((size_t)N * C), gpu_floats((size_t)N * LAB_VP), gpu_floats(N),
-              gpu_floats((size_t)(2 * CLASSIFIER_MAX_SLICES + 1) * N), gpu_ints(N), N, C};
+              gpu_floats((size_t)N * C), gpu_floats((size_t)LM_HEAD_SPLITS * N * C), gpu_floats((size_t)N * LAB_VP),
+              gpu_floats(N), gpu_floats((size_t)(2 * CLASSIFIER_MAX_SLICES + 1) * N), gpu_ints(N), N, C};
     fill_uniform(h.lnf, (size_t)N * C, -2.0f, 2.0f);
     fill_uniform(h.wte, (size_t)LAB_VP * C, -0.05f, 0.05f);
-    transpose_matrices(h.wte_t, h.wte, LAB_VP, C, 1);
+    transpose_wte(h.wte_t, h.wte, LAB_VP, C);
     fill_uniform(h.dwte0, (size_t)LAB_VP * C, -0.01f, 0.01f);
     fill_tokens(h.targets, N, LAB_V, false);
     HeadReference ref = head_reference(h);
