@@ -2895,7 +2895,7 @@ typedef struct {
     // scratch of the LM head
     float* logits;     // (Vp, R): one chunk of rows, transposed; dlogits in place. A generation step's: (M, Vp)
     float* lnf_t;      // (C, R): the chunk's rows of lnf, transposed
-    float* dlnf_partials;  // (lm_head_splits(Vp), R, C): the vocabulary chunks' shares of dlnf
+    float* dlnf_partials;  // (lm_head_splits(Vp), R, C): the vocabulary chunks' shares of dlnf (none if 1)
     float* classifier_scratch;  // (2 CLASSIFIER_MAX_SLICES + 1, R): fused_classifier's per-row statistics
     // scratch of the backward pass
     float* dresidual;  // (B, T, C): gradient of the residual stream
@@ -2915,7 +2915,7 @@ static size_t layout_activations(ActivationTensors* acts, float* memory, const G
                                  bool recompute_residual2) {
     enum Phase { KEPT, LAYERS, LM_HEAD, BACKWARD, NUM_PHASES };
     size_t C = config->channels, L = config->num_layers, NH = config->num_heads, BT = (size_t)B * T;
-    size_t R = std::min(BT, CLASSIFIER_CHUNK_ROWS);
+    size_t R = std::min(BT, CLASSIFIER_CHUNK_ROWS), splits = lm_head_splits(config->padded_vocab_size);
     struct { float** tensor; size_t size; Phase phase; } tensors[] = {
         {&acts->encoded, BT * C, KEPT}, {&acts->ln1_mean, L * BT, KEPT}, {&acts->ln1_rstd, L * BT, KEPT},
         {&acts->qkv, L * BT * 3 * C, KEPT}, {&acts->atty, L * BT * C, KEPT}, {&acts->lse, L * BT * NH, KEPT},
@@ -2926,7 +2926,7 @@ static size_t layout_activations(ActivationTensors* acts, float* memory, const G
         {&acts->dbtc, BT * C, KEPT},
         {&acts->ln, BT * C, LAYERS}, {&acts->fch_gelu, BT * 4 * C, LAYERS},
         {&acts->logits, R * config->padded_vocab_size, LM_HEAD}, {&acts->lnf_t, R * C, LM_HEAD},
-        {&acts->dlnf_partials, lm_head_splits(config->padded_vocab_size) * R * C, LM_HEAD},
+        {&acts->dlnf_partials, (splits > 1 ? splits : 0) * R * C, LM_HEAD},
         {&acts->classifier_scratch, R * (2 * CLASSIFIER_MAX_SLICES + 1), LM_HEAD},
         {&acts->dresidual, BT * C, BACKWARD}, {&acts->dbt4c, BT * 4 * C, BACKWARD}, {&acts->delta, BT * NH, BACKWARD},
         {&acts->dresidual_t, BT * C, BACKWARD}, {&acts->inp_t, BT * C, BACKWARD},
