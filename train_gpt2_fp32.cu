@@ -2366,8 +2366,9 @@ __global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_stats_kernel(Soft
     int begin = blockIdx.y * classifier_slice_size(Vp), end = min(V, begin + classifier_slice_size(Vp));
     SoftmaxStats stats[K];
     for (int k = 0; k < K; k++) { stats[k] = SoftmaxStats{-FLT_MAX, 0.0f}; }
-    // 2 vocabulary entries of the K rows in flight, then one rescale of each running sum and one exp per value
-    const int UNROLL = 2;
+    // 4 vocabulary entries of the K rows in flight, then one rescale of each running sum and one exp2
+    // per value (exp(d) = exp2(d log2(e)): no range reduction, which expf spends instructions on)
+    const int UNROLL = 4;
     for (int first = begin + w; first < end; first += UNROLL * warps) {
         float x[UNROLL][K];
         classifier_load<UNROLL>(x, logits_t, first, warps, end, first_row + warp.thread_rank(), R, -FLT_MAX);
@@ -2376,11 +2377,11 @@ __global__ void __launch_bounds__(CLASSIFIER_BLOCK) classifier_stats_kernel(Soft
             float chunk_max = stats[k].max;
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) { chunk_max = fmaxf(chunk_max, x[u][k]); }
-            stats[k].sum *= expf(stats[k].max - chunk_max);
+            stats[k].sum *= exp2f((stats[k].max - chunk_max) * LOG2E);
             stats[k].max = chunk_max;
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
-                if (first + u * warps < end) { stats[k].sum += expf(x[u][k] - chunk_max); }
+                if (first + u * warps < end) { stats[k].sum += exp2f((x[u][k] - chunk_max) * LOG2E); }
             }
         }
     }
