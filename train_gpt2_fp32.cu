@@ -879,12 +879,17 @@ __device__ inline void store_tile_transposed(float* out, size_t ld, const float 
     }
 }
 
-// Thread (tx, ty)'s four elements of the 32-row tile at tile_row (zero outside the chunk).
-__device__ inline void bias_backward_load(float d[4], float x[4], const float* dout, const float* gelu_inp,
-                                          int tile_row, int row_end, int col, int OC) {
+// Rows that a block of 32 x 8 threads transposes at once (bias_backward_kernel, transpose_kernel),
+// as TRANSPOSE_ROWS / 32 tiles of 32 x 32: each thread has TRANSPOSE_ROWS / 8 loads in flight.
+static const int TRANSPOSE_ROWS = 64;
+
+// Thread (tx, ty)'s elements of the step's rows from step_row: rows ty, ty + 8, ... (zero outside
+// the chunk).
+__device__ inline void bias_backward_load(float* d, float* x, const float* dout, const float* gelu_inp, int step_row,
+                                          int row_end, int col, int OC) {
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        int row = tile_row + threadIdx.y + 8 * k;
+    for (int k = 0; k < TRANSPOSE_ROWS / 8; k++) {
+        int row = step_row + threadIdx.y + 8 * k;
         bool inside = row < row_end && col < OC;
         d[k] = inside ? dout[(size_t)row * OC + col] : 0.0f;
         if (gelu_inp != NULL) { x[k] = inside ? gelu_inp[(size_t)row * OC + col] : 0.0f; }
@@ -896,23 +901,24 @@ __device__ inline void bias_backward_load(float d[4], float x[4], const float* d
 // GELU's input x, N x OC), dout is the gradient of the GELU's output and what is transposed and
 // summed is the gradient before the GELU, dout * gelu'(x); gelu_t (OC, N) = gelu(x)^T is written
 // too (the fcproj weight gradient's input, so the forward's GELU output need not be kept).
-// Block (x, y) of 32 x 8 threads takes columns [32x, 32x + 32) over the rows of chunk y, in
-// 32 x 32 tiles transposed through shared memory, the next tile's loads in flight while a tile is
-// stored; each thread sums rows ty, ty + 8, ty + 16, ty + 24 of every tile in order. The chunks'
-// partial sums are added in chunk order by the last block of column tile x.
+// Block (x, y) of 32 x 8 threads takes columns [32x, 32x + 32) over the rows of chunk y, in steps
+// of TRANSPOSE_ROWS rows transposed through shared memory as 32 x 32 tiles, the next step's
+// loads in flight while a step is stored; each thread sums its rows of every step in order. The
+// chunks' partial sums are added in chunk order by the last block of column tile x.
 __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t, float* partials,
                                      unsigned int* counters, const float* dout, const float* gelu_inp, int N, int OC) {
-    __shared__ float tiles[2][32][33];  // dout, gelu(x); padded against bank conflicts
+    constexpr int ROWS = TRANSPOSE_ROWS, PER_THREAD = ROWS / 8;
+    __shared__ float tiles[2][ROWS][33];  // dout, gelu(x); padded against bank conflicts
     int tx = threadIdx.x, ty = threadIdx.y;
     int col = blockIdx.x * 32 + tx;
-    int rows_per_chunk = ceil_div(N, gridDim.y * 32) * 32;
+    int rows_per_chunk = ceil_div(N, gridDim.y * ROWS) * ROWS;
     int row_begin = blockIdx.y * rows_per_chunk, row_end = min(N, row_begin + rows_per_chunk);
     float sum = 0.0f;
-    float d[4], x[4];
+    float d[PER_THREAD], x[PER_THREAD];
     bias_backward_load(d, x, dout, gelu_inp, row_begin, row_end, col, OC);
-    for (int tile_row = row_begin; tile_row < row_end; tile_row += 32) {
+    for (int step_row = row_begin; step_row < row_end; step_row += ROWS) {
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < PER_THREAD; k++) {
             if (gelu_inp != NULL) {
                 d[k] *= gelu_grad(x[k]);
                 tiles[1][ty + 8 * k][tx] = gelu(x[k]);
@@ -921,11 +927,17 @@ __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t,
             sum += d[k];
         }
         __syncthreads();
-        // the next tile's loads go out before this tile's stores
-        bias_backward_load(d, x, dout, gelu_inp, tile_row + 32, row_end, col, OC);
+        // the next step's loads go out before this step's stores
+        bias_backward_load(d, x, dout, gelu_inp, step_row + ROWS, row_end, col, OC);
         // the transposed outputs are (OC, N); the chunk's rows end at row_end
-        store_tile_transposed(dout_t, N, tiles[0], blockIdx.x * 32, tile_row, OC, row_end);
-        if (gelu_inp != NULL) { store_tile_transposed(gelu_t, N, tiles[1], blockIdx.x * 32, tile_row, OC, row_end); }
+#pragma unroll
+        for (int t = 0; t < ROWS / 32; t++) {
+            int tile_row = step_row + 32 * t;
+            store_tile_transposed(dout_t, N, tiles[0] + 32 * t, blockIdx.x * 32, tile_row, OC, row_end);
+            if (gelu_inp != NULL) {
+                store_tile_transposed(gelu_t, N, tiles[1] + 32 * t, blockIdx.x * 32, tile_row, OC, row_end);
+            }
+        }
         __syncthreads();
     }
     tiles[0][ty][tx] = sum;
@@ -951,8 +963,9 @@ static void bias_backward(float* dbias, float* dout_t, float* gelu_t, float* par
                           const float* dout, const float* gelu_inp, int N, int OC, cudaStream_t stream = 0) {
     unsigned int column_tiles = ceil_div(OC, 32);
     if (column_tiles > MAX_REDUCTION_COUNTERS) { fail("bias_backward: OC=%d too large", OC); }
-    unsigned int chunks = std::max(1u, std::min((unsigned int)BIAS_BACKWARD_MAX_CHUNKS,
-                                                std::min(ceil_div(N, 32), ceil_div(8 * g_num_sms, column_tiles))));
+    unsigned int steps = ceil_div(N, TRANSPOSE_ROWS);
+    unsigned int chunks = std::max(1u, std::min({(unsigned int)BIAS_BACKWARD_MAX_CHUNKS, steps,
+                                                 ceil_div(8 * g_num_sms, column_tiles)}));
     bias_backward_kernel<<<dim3(column_tiles, chunks), dim3(32, 8), 0, stream>>>(dbias, dout_t, gelu_t, partials,
                                                                                 counters, dout, gelu_inp, N, OC);
     cudaCheck(cudaGetLastError());
@@ -975,35 +988,40 @@ static void matmul_backward_weight(float* dweight, const float* dout_t, const fl
     matmul(dweight, inp, dout_t, NULL, C, OC, N, inp_transposed, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
 }
 
-// out[m] = in[m]^T for count row-major (rows, cols) matrices stored one after another: 32 x 32
-// tiles through shared memory (padded against bank conflicts), a block of 32 x 8 threads per tile.
-// With ln_mean (count 1), each row is first layer-normalised as the forward pass did, from its saved
-// mean and rstd: in[r][c] -> (in[r][c] - ln_mean[r]) * ln_rstd[r] * ln_weight[c] + ln_bias[c].
+// out[m] = in[m]^T for count row-major (rows, cols) matrices stored one after another: a block of
+// 32 x 8 threads per TRANSPOSE_ROWS x 32 piece, through shared memory (padded against bank
+// conflicts). With ln_mean (count 1), each row is first layer-normalised as the forward pass did,
+// from its saved mean and rstd: in[r][c] -> (in[r][c] - ln_mean[r]) * ln_rstd[r] * ln_weight[c] +
+// ln_bias[c].
 __global__ void transpose_kernel(float* out, const float* in, int rows, int cols, const float* ln_mean,
                                  const float* ln_rstd, const float* ln_weight, const float* ln_bias) {
-    __shared__ float tile[32][33];
+    constexpr int ROWS = TRANSPOSE_ROWS, PER_THREAD = ROWS / 8;
+    __shared__ float tile[ROWS][33];
     size_t matrix = (size_t)blockIdx.z * rows * cols;
-    int col = blockIdx.x * 32 + threadIdx.x, row = blockIdx.y * 32 + threadIdx.y;
-    float x[4];  // the thread's four rows of the tile, all loads in flight at once
+    int col = blockIdx.x * 32 + threadIdx.x, row0 = blockIdx.y * ROWS, row = row0 + threadIdx.y;
+    float x[PER_THREAD];  // the thread's rows of the piece, all loads in flight at once
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < PER_THREAD; j++) {
         bool inside = col < cols && row + 8 * j < rows;
         x[j] = inside ? in[matrix + (size_t)(row + 8 * j) * cols + col] : 0.0f;
     }
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < PER_THREAD; j++) {
         if (ln_mean != NULL && col < cols && row + 8 * j < rows) {
             x[j] = (x[j] - ln_mean[row + 8 * j]) * ln_rstd[row + 8 * j] * ln_weight[col] + ln_bias[col];
         }
         tile[threadIdx.y + 8 * j][threadIdx.x] = x[j];
     }
     __syncthreads();
-    store_tile_transposed(out + matrix, rows, tile, blockIdx.x * 32, blockIdx.y * 32, cols, rows);  // (cols, rows)
+#pragma unroll
+    for (int t = 0; t < ROWS / 32; t++) {  // (cols, rows)
+        store_tile_transposed(out + matrix, rows, tile + 32 * t, blockIdx.x * 32, row0 + 32 * t, cols, rows);
+    }
 }
 
 static void transpose_matrices(float* out, const float* in, int rows, int cols, int count, cudaStream_t stream = 0) {
-    transpose_kernel<<<dim3(ceil_div(cols, 32), ceil_div(rows, 32), count), dim3(32, 8), 0, stream>>>(
-        out, in, rows, cols, NULL, NULL, NULL, NULL);
+    dim3 grid(ceil_div(cols, 32), ceil_div(rows, TRANSPOSE_ROWS), count);
+    transpose_kernel<<<grid, dim3(32, 8), 0, stream>>>(out, in, rows, cols, NULL, NULL, NULL, NULL);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1011,8 +1029,8 @@ static void transpose_matrices(float* out, const float* in, int rows, int cols, 
 // the layernorm outputs are not kept for the backward pass, which needs them only transposed.
 static void layernorm_transposed(float* out_t, const float* inp, const float* mean, const float* rstd,
                                  const float* weight, const float* bias, int N, int C, cudaStream_t stream = 0) {
-    transpose_kernel<<<dim3(ceil_div(C, 32), ceil_div(N, 32), 1), dim3(32, 8), 0, stream>>>(out_t, inp, N, C, mean,
-                                                                                          rstd, weight, bias);
+    dim3 grid(ceil_div(C, 32), ceil_div(N, TRANSPOSE_ROWS), 1);
+    transpose_kernel<<<grid, dim3(32, 8), 0, stream>>>(out_t, inp, N, C, mean, rstd, weight, bias);
     cudaCheck(cudaGetLastError());
 }
 
