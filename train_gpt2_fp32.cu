@@ -317,6 +317,25 @@ static void column_sums(float* dst, const float* partials, int rows, int cols) {
     cudaCheck(cudaGetLastError());
 }
 
+// dst (n4 float4) = first + rest[0] + rest[1] + ... + rest[count - 1], added in that order, the
+// rest stride4 float4 apart; dst may be first.
+__global__ void sum_arrays_kernel(float4* dst, const float4* first, const float4* rest, size_t stride4, int count,
+                                  size_t n4) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) { return; }
+    float4 sum = first[i];
+    for (int k = 0; k < count; k++) { sum = sum + rest[k * stride4 + i]; }
+    dst[i] = sum;
+}
+
+// n and stride multiples of 4.
+static void sum_arrays(float* dst, const float* first, const float* rest, size_t stride, int count, size_t n,
+                       cudaStream_t stream = 0) {
+    sum_arrays_kernel<<<ceil_div(n / 4, 256), 256, 0, stream>>>((float4*)dst, (const float4*)first,
+                                                                (const float4*)rest, stride / 4, count, n / 4);
+    cudaCheck(cudaGetLastError());
+}
+
 // ----------------------------------------------------------------------------------------------
 // Encoder: out = wte[token] + wpe[position]
 
@@ -2736,14 +2755,8 @@ static void grad_norm_finish(StepStats* stats, const float* partials, size_t num
 
 // dst += src (n a multiple of 4), as one GPU adds a micro-step's gradients to those accumulated
 // before it (and the backward pass adds the residual stream when it recomputes residual2).
-__global__ void add_inplace_kernel(float4* dst, const float4* src, size_t n4) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n4) { dst[i] = dst[i] + src[i]; }
-}
-
 static void add_inplace(float* dst, const float* src, size_t n, cudaStream_t stream) {
-    add_inplace_kernel<<<ceil_div(n / 4, 256), 256, 0, stream>>>((float4*)dst, (const float4*)src, n / 4);
-    cudaCheck(cudaGetLastError());
+    sum_arrays(dst, dst, src, 0, 1, n, stream);
 }
 
 // dst (n floats, rank `self`'s own contribution) = the world ranks' contributions summed in rank
@@ -3253,15 +3266,6 @@ static void upload(GPT2* model, int* device_dst, const int* host_src, size_t cou
     cudaCheck(cudaMemcpyAsync(device_dst, staged, count * sizeof(int), cudaMemcpyHostToDevice));
 }
 
-// out (n4 float4) = the sum of count partials (n4 float4 each, one after another), in order.
-__global__ void sum_partials_kernel(float4* out, const float4* partials, size_t n4, int count) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n4) { return; }
-    float4 sum = partials[i];
-    for (int p = 1; p < count; p++) { sum = sum + partials[p * n4 + i]; }
-    out[i] = sum;
-}
-
 // dlnf (rows, C) from dlogits_t (Vp, rows) in lm_head_splits(Vp) products; partials: (splits, rows, C).
 static void lm_head_dlnf(float* dlnf, float* partials, const float* wte_t, const float* dlogits_t, int rows, int C,
                          int Vp) {
@@ -3270,9 +3274,8 @@ static void lm_head_dlnf(float* dlnf, float* partials, const float* wte_t, const
     matmul(out, wte_t, dlogits_t, NULL, C, rows, chunk, true, true, 1.0f, 0.0f, splits, (size_t)C * chunk,
            (size_t)chunk * rows, (size_t)rows * C);
     if (splits == 1) { return; }
-    size_t n4 = (size_t)rows * C / 4;
-    sum_partials_kernel<<<ceil_div(n4, 256), 256>>>((float4*)dlnf, (const float4*)partials, n4, splits);
-    cudaCheck(cudaGetLastError());
+    size_t n = (size_t)rows * C;
+    sum_arrays(dlnf, partials, partials + n, n, splits - 1, n);  // the chunks' shares in chunk order
 }
 
 // The LM head on one chunk of rows of lnf (rows, C): logits_t (Vp, rows) = wte @ lnf^T, the

@@ -22,7 +22,7 @@ mutations=(
   "layernorm backward without mean_g_xhat|softmax|s#- xhat\[j\] \* mean_g_xhat#- xhat[j] * 0.0f#"
   "layernorm dweight/dbias sum drops all stripes but one|softmax|s#for (int s = 1; s < stripes; s++)#for (int s = 1; s < 1; s++)#"
   "weight gradients added to what the memory held|softmax|s#N, inp_transposed, false, 1.0f, 0.0f,#N, inp_transposed, false, 1.0f, 1.0f,#"
-  "dlnf without its last vocabulary chunk|softmax|s#for (int p = 1; p < count; p++)#for (int p = 1; p < count - 1; p++)#"
+  "dlnf without its last vocabulary chunk|softmax|s#partials + n, n, splits - 1, n)#partials + n, n, splits - 2, n)#"
   "transposing kernels store only each step's first 32-row tile|softmax|s#t < ROWS / 32; t++#t < 1; t++#"
   "classifier running sum not rescaled to a new maximum|softmax|s#stats\[k\].sum \*= exp2f((stats\[k\].max - chunk_max) \* LOG2E);#stats[k].sum *= 1.0f;#"
 )
