@@ -1,5 +1,5 @@
 // ZeRO-1 arithmetic for data-parallel training: which rank owns which parameters, the chunks of
-// the gradient norm, where an owner receives the other ranks' gradients, the rank-ordered sum
+// the gradient norm, the buckets the gradients move in, where an owner receives the other ranks' gradients, the rank-ordered sum
 // that makes N GPUs bit-identical to N micro-steps on one, and the split of a total batch into
 // micro-steps. Offsets only: no GPU.
 //
@@ -59,6 +59,81 @@ static inline int zero_owner(size_t i, size_t num_parameters, int world) {
 
 // Where an owner keeps what `sender` sent it: one slot per other rank, in rank order.
 ZERO_HOST_DEVICE static inline int zero_sender_slot(int sender, int owner) { return sender < owner ? sender : sender - 1; }
+
+// A range [begin, end) of the flat parameter vector.
+struct ZeroRange {
+    size_t begin, end;
+    bool operator==(const ZeroRange& other) const { return begin == other.begin && end == other.end; }
+};
+
+// The part of `range` inside [begin, end) (empty: begin == end).
+static inline ZeroRange zero_intersect(ZeroRange range, size_t begin, size_t end) {
+    ZeroRange part = {std::max(range.begin, begin), std::min(range.end, end)};
+    return part.begin < part.end ? part : ZeroRange{part.begin, part.begin};
+}
+
+// The gradients' buckets in the order the backward pass completes them: one per layer from the
+// top (layer l: block l of every tensor with layered[i], of sizes[i] / layers floats), then the
+// tensors that are not per layer. Each bucket moves to the owners as soon as it is written.
+static inline std::vector<std::vector<ZeroRange>> zero_gradient_buckets(const size_t* sizes, const bool* layered,
+                                                                          int num_tensors, int layers) {
+    std::vector<std::vector<ZeroRange>> buckets(layers + 1);
+    size_t offset = 0;
+    for (int i = 0; i < num_tensors; offset += sizes[i], i++) {
+        if (!layered[i]) {
+            buckets[layers].push_back({offset, offset + sizes[i]});
+            continue;
+        }
+        size_t block = sizes[i] / layers;
+        for (int l = 0; l < layers; l++) {
+            buckets[layers - 1 - l].push_back({offset + l * block, offset + (l + 1) * block});
+        }
+    }
+    return buckets;
+}
+
+// One point-to-point message of a move between ranks: `count` floats at `offset` in the buffer
+// they leave from (send) or arrive in (receive), to or from rank `peer`.
+struct ZeroMessage {
+    int peer;
+    bool send;
+    size_t offset, count;
+};
+
+// Rank `rank`'s messages, in the order to post them, for moving the parts of `ranges` (of the
+// flat vector, num_parameters floats) between the owners and the other ranks, in messages of at
+// most max_floats. to_owners: every rank sends its values of the parts that other ranks own to
+// them; an owner receives sender i's into slot zero_sender_slot(i, owner) of its slice's size, at
+// their offset in the slice. Else (gathering): every owner sends its parts to every other rank,
+// which receives them in place. Sender and receiver list each pair's messages in the same order,
+// as NCCL pairs them.
+static inline std::vector<ZeroMessage> zero_messages(const std::vector<ZeroRange>& ranges, size_t num_parameters,
+                                                     int rank, int world, bool to_owners, size_t max_floats) {
+    std::vector<ZeroMessage> messages;
+    ZeroShard mine = zero_shard(num_parameters, rank, world);
+    auto add = [&](int peer, bool send, ZeroRange part, size_t from, size_t to) {  // offset = index - from + to
+        for (size_t begin = part.begin; begin < part.end; begin += max_floats) {
+            messages.push_back({peer, send, begin - from + to, std::min(max_floats, part.end - begin)});
+        }
+    };
+    for (int other = 0; other < world; other++) {
+        if (other == rank) { continue; }
+        ZeroShard theirs = zero_shard(num_parameters, other, world);
+        size_t slot = zero_sender_slot(other, rank) * (mine.end - mine.begin);
+        for (ZeroRange range : ranges) {
+            ZeroRange their_part = zero_intersect(range, theirs.begin, theirs.end);
+            ZeroRange my_part = zero_intersect(range, mine.begin, mine.end);
+            if (to_owners) {
+                add(other, true, their_part, 0, 0);
+                add(other, false, my_part, mine.begin, slot);
+            } else {
+                add(other, true, my_part, 0, 0);
+                add(other, false, their_part, 0, 0);
+            }
+        }
+    }
+    return messages;
+}
 
 // The owner sums the ranks' contributions in rank order, starting from rank 0's: exactly what one
 // GPU computes when it adds micro-step gradients g0 + g1 + ... in turn (the reference for the

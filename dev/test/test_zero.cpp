@@ -4,6 +4,7 @@
 // micro-steps on one, the gradient norm's chunks, and the split of -d into micro-steps.
 #include <math.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -33,6 +34,101 @@ TEST(shards_cover_the_parameters_once_chunk_aligned) {
     }
     ZeroShard empty = zero_shard(ZERO_CHUNK, 3, 4);  // one chunk, four ranks: ranks 1..3 own nothing
     CHECK(empty.begin == ZERO_CHUNK && empty.end == ZERO_CHUNK);
+}
+
+// GPT-2-like tensors (2 of them not per layer, then per-layer ones, then 2 more not per layer):
+// the buckets cover every parameter once, layers from the top, and cut into the owners' slices
+// they cover each rank's slice once, for any number of ranks.
+TEST(gradient_buckets_cover_every_parameter_once) {
+    for (int layers : {1, 2, 12}) {
+        size_t C = 96;
+        std::vector<size_t> sizes = {1000 * C, 64 * C};
+        std::vector<bool> flags = {false, false};
+        for (size_t per_layer : {C, 3 * C * C, 4 * C, C * 4 * C}) {
+            sizes.push_back(layers * per_layer);
+            flags.push_back(true);
+        }
+        sizes.insert(sizes.end(), {C, C});
+        flags.insert(flags.end(), {false, false});
+        bool layered[16];
+        for (size_t i = 0; i < flags.size(); i++) { layered[i] = flags[i]; }
+        size_t P = 0;
+        for (size_t size : sizes) { P += size; }
+        auto buckets = zero_gradient_buckets(sizes.data(), layered, (int)sizes.size(), layers);
+        CHECK(buckets.size() == (size_t)layers + 1);
+        CHECK(buckets[0][0].begin == sizes[0] + sizes[1] + (layers - 1) * C);  // the top layer's first block
+        std::vector<int> seen(P, 0);
+        for (const auto& bucket : buckets) {
+            for (ZeroRange range : bucket) {
+                for (size_t i = range.begin; i < range.end; i++) { seen[i]++; }
+            }
+        }
+        CHECK(std::count(seen.begin(), seen.end(), 1) == (long)P);
+        for (int world = 1; world <= 9; world++) {
+            std::vector<int> owned(P, 0);
+            for (int r = 0; r < world; r++) {
+                ZeroShard s = zero_shard(P, r, world);
+                for (const auto& bucket : buckets) {
+                    for (ZeroRange range : bucket) {
+                        ZeroRange part = zero_intersect(range, s.begin, s.end);
+                        CHECK(part.begin <= part.end && (part.begin == part.end || (part.begin >= s.begin && part.end <= s.end)));
+                        for (size_t i = part.begin; i < part.end; i++) { owned[i] += 1 + r; }
+                    }
+                }
+            }
+            bool right = true;
+            for (size_t i = 0; i < P; i++) { right = right && owned[i] == 1 + zero_owner(i, P, world); }
+            CHECK(right);
+        }
+    }
+}
+
+// zero_messages run on host arrays for N = 1..9 ranks, with buckets and messages small enough to
+// split: each pair's sends and receives match one for one (as NCCL pairs them), the owners' slots
+// get every other rank's values of their slice, and gathering gives every rank the owners' values.
+TEST(messages_move_every_part_to_its_owner_and_back) {
+    size_t P = 3 * ZERO_CHUNK + 1000;
+    std::vector<std::vector<ZeroRange>> buckets = {{{5000, 40000}, {70000, 70004}}, {{0, 5000}, {40000, 70000}},
+                                                   {{70004, P}}};
+    for (int world = 1; world <= 9; world++) {
+        std::vector<std::vector<float>> data(world, std::vector<float>(P)), received(world);
+        for (int r = 0; r < world; r++) {
+            for (size_t i = 0; i < P; i++) { data[r][i] = (float)(r * 1000003 + i); }
+            received[r].assign(world * zero_shard(P, 0, world).chunks_per_rank * ZERO_CHUNK, -1.0f);
+        }
+        for (bool to_owners : {true, false}) {
+            for (const auto& bucket : buckets) {
+                std::vector<std::vector<ZeroMessage>> messages(world);
+                for (int r = 0; r < world; r++) { messages[r] = zero_messages(bucket, P, r, world, to_owners, 4096); }
+                for (int s = 0; s < world; s++) {
+                    for (int d = 0; d < world; d++) {
+                        std::vector<const ZeroMessage*> sends, receives;
+                        for (const ZeroMessage& m : messages[s]) { if (m.send && m.peer == d) { sends.push_back(&m); } }
+                        for (const ZeroMessage& m : messages[d]) { if (!m.send && m.peer == s) { receives.push_back(&m); } }
+                        CHECK(sends.size() == receives.size());
+                        for (size_t i = 0; i < std::min(sends.size(), receives.size()); i++) {
+                            CHECK(sends[i]->count == receives[i]->count && sends[i]->count <= 4096);
+                            float* into = to_owners ? received[d].data() : data[d].data();
+                            std::copy_n(data[s].begin() + sends[i]->offset, sends[i]->count, into + receives[i]->offset);
+                        }
+                    }
+                }
+            }
+            bool right = true;
+            for (int owner = 0; owner < world; owner++) {
+                ZeroShard mine = zero_shard(P, owner, world);
+                for (int sender = 0; sender < world && to_owners; sender++) {
+                    if (sender == owner) { continue; }
+                    const float* slot = received[owner].data() + zero_sender_slot(sender, owner) * (mine.end - mine.begin);
+                    for (size_t i = mine.begin; i < mine.end; i++) { right = right && slot[i - mine.begin] == (float)(sender * 1000003 + i); }
+                }
+                for (int r = 0; r < world && !to_owners; r++) {
+                    for (size_t i = mine.begin; i < mine.end; i++) { right = right && data[r][i] == (float)(owner * 1000003 + i); }
+                }
+            }
+            CHECK(right);
+        }
+    }
 }
 
 TEST(micro_batches_split_over_ranks) {
