@@ -374,6 +374,55 @@ static inline void dataloader_restore(DataLoader* dl, const DataLoaderState* sta
     dl->micro_step = 0;
 }
 
+// ---------------------------------------------------------------------------------
+// Evaluation rows: the samples that one process with one micro-step reads, numbered in its
+// reading order (row j is row j % B of its batch j / B). Split over the ranks by rows, they give
+// every rank the same rows to score whatever the number of ranks, so a validation loss summed
+// in row order does not depend on it.
+
+struct RowRange { int64_t begin, end; };
+
+// Rank `rank`'s contiguous share of `rows` rows over `world` ranks; the first rows % world ranks
+// take one row more.
+static inline RowRange split_rows(int64_t rows, int rank, int world) {
+    int64_t base = rows / world, extra = rows % world;
+    int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+    return RowRange{begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+// Fills the B rows of inputs/targets with rows [first, first + count) of the loader's reading
+// order (count <= B; the rest repeat the last one). The loader must read for one process with one
+// micro-step; its position is left alone.
+static inline void dataloader_read_rows(DataLoader* dl, int64_t first, int count) {
+    if (dl->world_size != 1 || dl->micro_steps != 1 || count < 1 || count > dl->B) {
+        fail("dataloader_read_rows: %d rows from a loader of B=%d for %d processes x %d micro-steps", count, dl->B,
+             dl->world_size, dl->micro_steps);
+    }
+    for (int b = 0; b < dl->B; b++) {
+        int64_t row = first + std::min(b, count - 1), batch = row / dl->B, position = 0;
+        while (batch >= dl->shard_batches[(size_t)dl_shard_at(dl, 0, position)]) {
+            batch -= dl->shard_batches[(size_t)dl_shard_at(dl, 0, position)];
+            if (++position == (int64_t)dl->shard_paths.size()) { fail("dataloader_read_rows: row %lld is past the data", (long long)row); }
+        }
+        int64_t shard = dl_shard_at(dl, 0, position);
+        dl_load_shard(dl, shard);
+        if (dl->shuffle) { dl_update_sample_order(dl, 0, shard); }
+        int64_t sample = batch * dl->B + row % dl->B;
+        if (dl->shuffle) { sample = dl->sample_order[(size_t)sample]; }
+        const uint16_t* tokens = dl->tokens.data() + sample * dl->T;
+        for (int t = 0; t < dl->T; t++) {
+            dl->inputs[(size_t)b * dl->T + t] = tokens[t];
+            dl->targets[(size_t)b * dl->T + t] = tokens[t + 1];
+        }
+    }
+}
+
+// Fails, naming the file, unless `pattern` matches shards with valid headers and sizes: the
+// checks dataloader_init starts with, for a launcher to make once before it starts the ranks.
+static inline void dataloader_check_pattern(const char* pattern) {
+    for (const std::string& path : dl_glob_sorted(pattern)) { dl_shard_token_count(path.c_str()); }
+}
+
 // Batches one process gets per epoch (the same on every rank).
 static inline size_t dataloader_batches_per_epoch(const DataLoader* dl) {
     int64_t total = 0;

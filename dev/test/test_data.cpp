@@ -407,6 +407,56 @@ TEST(loader_checks_a_later_shards_tokens_when_it_loads) {
     remove_dir(dir);
 }
 
+// Every rows count over N = 1..9 ranks: contiguous shares in rank order that cover [0, rows)
+// once, sizes differing by at most one.
+TEST(split_rows_covers_every_row_once) {
+    for (int world = 1; world <= 9; world++) {
+        for (int64_t rows = 0; rows <= 40; rows++) {
+            int64_t next = 0, smallest = rows, largest = 0;
+            for (int rank = 0; rank < world; rank++) {
+                RowRange share = split_rows(rows, rank, world);
+                CHECK(share.begin == next && share.end >= share.begin);
+                next = share.end;
+                smallest = std::min(smallest, share.end - share.begin);
+                largest = std::max(largest, share.end - share.begin);
+            }
+            CHECK(next == rows);
+            CHECK(largest - smallest <= 1);
+        }
+    }
+}
+
+// Rows read by number are the rows one process reads batch by batch (across shards, shuffled
+// or not), whichever rank's share they fall in; a short read repeats its last row.
+TEST(read_rows_match_one_process_batches) {
+    std::string dir = make_three_shards();
+    std::string pattern = dir + "/*.bin";
+    for (bool shuffle : {false, true}) {
+        DataLoader batches, rows;
+        dataloader_init(&batches, pattern.c_str(), 3, 8, 0, 1, 1, shuffle, 5, GPT2_VOCAB);
+        dataloader_init(&rows, pattern.c_str(), 3, 8, 0, 1, 1, shuffle, 5, GPT2_VOCAB);
+        int64_t total = 3 * (int64_t)dataloader_batches_per_epoch(&batches);
+        std::vector<int32_t> expected = next_row_starts(&batches, total / 3);
+        for (int world = 1; world <= 9; world++) {
+            std::vector<int32_t> got;
+            for (int rank = 0; rank < world; rank++) {
+                RowRange share = split_rows(total, rank, world);
+                for (int64_t first = share.begin; first < share.end; first += 3) {
+                    int count = (int)std::min<int64_t>(3, share.end - first);
+                    dataloader_read_rows(&rows, first, count);
+                    std::vector<int32_t> starts = batch_row_starts(&rows);
+                    got.insert(got.end(), starts.begin(), starts.begin() + count);
+                    for (int b = count; b < 3; b++) { CHECK(starts[b] == starts[count - 1]); }
+                }
+            }
+            CHECK(got == expected);
+        }
+        dataloader_free(&batches);
+        dataloader_free(&rows);
+    }
+    remove_dir(dir);
+}
+
 TEST(loader_max_batch_fits_the_smallest_shard) {
     std::string dir = make_temp_dir();
     write_test_shard(dir + "/a.bin", 0, 100);  // 12 samples of T=8
