@@ -110,6 +110,7 @@ static inline LaunchInfo launch_info_from_env(EnvLookup lookup = launch_getenv) 
 
 #define LAUNCH_MAGIC 0x6c6c6d63u   // "llmc": a joining rank's hello and the id file
 #define LAUNCH_GOODBYE 'G'         // liveness: "this rank ends normally"
+#define LAUNCH_FAILED 'F'          // liveness: "this rank failed and printed why"
 
 static inline double launch_now(void) {
     struct timespec ts;
@@ -441,6 +442,15 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
     _exit(1);  // not exit(): the main thread may be running or blocked
 }
 
+// fail()'s hook once the liveness connections are up: the peers learn that this rank failed and
+// said why, so they exit without lines of their own (rank 0 passes it on to the others).
+static inline void liveness_tell_failed(void) {
+    char failed = LAUNCH_FAILED;
+    for (int fd : g_liveness.fds) {
+        if (send(fd, &failed, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {}
+    }
+}
+
 static inline void* liveness_watch(void*) {
     std::vector<int> peer_ranks = g_liveness.peer_ranks;  // a copy: exit() may destroy the global
     std::vector<struct pollfd> watched = {{g_liveness.wake_pipe[0], POLLIN, 0}};  // then one per peer
@@ -453,6 +463,10 @@ static inline void* liveness_watch(void*) {
             if (watched[i].revents == 0) { continue; }
             char buf[64];
             ssize_t got = recv(watched[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+            if (got > 0 && memchr(buf, LAUNCH_FAILED, (size_t)got) != NULL) {
+                liveness_tell_failed();
+                _exit(1);  // the failed rank printed the error
+            }
             if (got > 0 && memchr(buf, LAUNCH_GOODBYE, (size_t)got) != NULL) { said_goodbye[i] = true; }
             if (got > 0 || (got < 0 && (errno == EINTR || errno == EAGAIN))) { continue; }
             watched[i].fd = -1;  // EOF or error: stop watching it
@@ -469,11 +483,13 @@ static inline void liveness_start(void (*on_peer_lost)(int peer_rank)) {
     int err = pthread_create(&g_liveness.thread, NULL, liveness_watch, NULL);
     if (err != 0) { fail("liveness: cannot start the watcher thread: %s", strerror(err)); }
     g_liveness.running = true;
+    g_fail_hook = liveness_tell_failed;
 }
 
 // Clean shutdown: stop watching, then say goodbye to every peer and close. The watcher stops
 // first, so the peer-side reset that a close can cause is never seen by a live watcher.
 static inline void liveness_finish(void) {
+    g_fail_hook = nullptr;
     if (g_liveness.running) {
         char wake = 1;
         if (write(g_liveness.wake_pipe[1], &wake, 1) != 1) { fail("liveness: cannot stop the watcher"); }
@@ -609,8 +625,10 @@ static inline int launch_report_exit(int rank, int status) {
                 strsignal(sig));
         return 128 + sig;
     }
-    fprintf(stderr, "error: rank %d exited with status %d; stopping the other ranks\n", rank,
-            WEXITSTATUS(status));
+    if (WEXITSTATUS(status) != 1) {  // 1: fail(), whose line the rank (or rank 0) printed
+        fprintf(stderr, "error: rank %d exited with status %d; stopping the other ranks\n", rank,
+                WEXITSTATUS(status));
+    }
     return WEXITSTATUS(status);
 }
 

@@ -39,8 +39,15 @@ static inline std::string format_args(const char* fmt, va_list args) {
     return text;
 }
 
-// Prints "error: <message>" on one line to stderr and exits with status 1 (with FAIL_THROWS:
-// throws FailError(<message>) and prints nothing).
+// What fail() does besides printing. Quiet, it prints nothing: a data-parallel rank other than 0
+// checking what every rank finds alike (flags, data), which rank 0 reports. The hook runs before
+// the exit: a rank with peers tells them that it failed and said why (llmc/launch.h).
+static bool g_fail_quiet = false;
+static void (*g_fail_hook)(void) = nullptr;
+
+// Prints "error: <message>" on one line to stderr, in one write so that the lines of processes
+// sharing the terminal do not interleave, and exits with status 1 (with FAIL_THROWS: throws
+// FailError(<message>) and prints nothing).
 [[noreturn]] static inline void fail(const char* fmt, ...) {
     va_list args;
     va_start(args, fmt);
@@ -49,10 +56,10 @@ static inline std::string format_args(const char* fmt, va_list args) {
     va_end(args);
     throw FailError(message);
 #else
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
+    std::string line = "error: " + format_args(fmt, args) + "\n";
     va_end(args);
+    if (!g_fail_quiet && write(STDERR_FILENO, line.data(), line.size()) < 0) {}
+    if (g_fail_hook != nullptr) { g_fail_hook(); }
     exit(1);
 #endif
 }

@@ -178,9 +178,10 @@ static int stranger(int, int) {
 }
 
 // Liveness: every rank sleeps `live_ms[rank]` after liveness_start, then ends cleanly, or
-// abruptly with _exit(3) if it is `g_dying_rank`. Rank 0 reports a lost peer as 40 + rank.
+// abruptly with _exit(3) if it is `g_dying_rank`, or through fail() if it is `g_failing_rank`.
+// Rank 0 reports a lost peer as 40 + rank.
 static int g_live_ms[3] = {0, 0, 0};
-static int g_dying_rank = -1;
+static int g_dying_rank = -1, g_failing_rank = -1;
 
 static void exit_with_peer(int peer_rank) { _exit(40 + peer_rank); }
 
@@ -191,6 +192,7 @@ static int live_rank(int rank, int world) {
     liveness_start(rank == 0 ? exit_with_peer : NULL);
     launch_sleep_ms(g_live_ms[rank]);
     if (rank == g_dying_rank) { _exit(3); }
+    if (rank == g_failing_rank) { fail("rank %d: out of GPU memory", rank); }
     liveness_finish();
     launch_sleep_ms(300);  // still alive while the others finish
     return print_blob(blob);
@@ -366,6 +368,23 @@ TEST(liveness_dead_rank_stops_the_others) {
            runs[0].exit_s - runs[2].exit_s, runs[1].exit_s - runs[2].exit_s);
 }
 
+// A rank that fails with an error line: the others exit too, quietly, so the run says it once.
+TEST(liveness_failed_rank_is_reported_once) {
+    g_port = launch_free_port();
+    g_timeout_s = 10.0;
+    g_dying_rank = -1;
+    g_failing_rank = 2;
+    g_live_ms[0] = g_live_ms[1] = 30000;
+    g_live_ms[2] = 300;
+    std::vector<RankRun> runs = run_ranks({{live_rank, 0, 3, 0}, {live_rank, 1, 3, 0}, {live_rank, 2, 3, 0}},
+                                          20.0);
+    g_failing_rank = -1;
+    CHECK(runs[2].status == 1 && output_has(runs[2], "error: rank 2: out of GPU memory"));
+    CHECK(runs[0].status == 1 && runs[0].output.empty());
+    CHECK(runs[1].status == 1 && runs[1].output.empty());
+    CHECK(runs[0].exit_s - runs[2].exit_s < 10.0 && runs[1].exit_s - runs[2].exit_s < 10.0);
+}
+
 TEST(liveness_clean_finish) {
     g_port = launch_free_port();
     g_timeout_s = 10.0;
@@ -434,12 +453,14 @@ static int run_launcher(int gpus, std::vector<const char*> args, std::string* ou
 }
 
 // A child of launch_local(): `--launch-child ok DIR` rendezvous over TCP with the variables
-// it was given and writes DIR/rank_<r>; `fail`: rank 1 exits 7, rank 0 sleeps; `sleep`: sleeps.
+// it was given and writes DIR/rank_<r>; `fail`: rank 1 exits 7, rank 0 sleeps; `error`: rank 1
+// fails with an error line, rank 0 sleeps; `sleep`: sleeps.
 static int launch_child_main(int argc, char** argv) {
     const char* mode = argv[2];
     LaunchInfo me = launch_info_from_env();
     if (strcmp(mode, "fail") == 0 && me.rank == 1) { return 7; }
-    if (strcmp(mode, "fail") == 0 || strcmp(mode, "sleep") == 0) { sleep(60); return 0; }
+    if (strcmp(mode, "error") == 0 && me.rank == 1) { fail("no data shards match the pattern missing_*.bin"); }
+    if (strcmp(mode, "fail") == 0 || strcmp(mode, "error") == 0 || strcmp(mode, "sleep") == 0) { sleep(60); return 0; }
     if (strcmp(mode, "ok") != 0 || argc != 4) { fail("bad --launch-child arguments (argc %d)", argc); }
     g_seed = 9;
     Blob blob = start_blob(me.rank);
@@ -481,6 +502,15 @@ TEST(launch_local_stops_on_failure) {
     CHECK(seconds < 10.0);
     CHECK(output.find("error: rank 1 exited with status 7; stopping the other ranks") != std::string::npos);
     printf("  launch_local returned %d after %.2f s\n", status, seconds);
+}
+
+// A rank's error line is the launcher's whole output: no line of its own for a status of 1.
+TEST(launch_local_reports_an_error_once) {
+    std::string output;
+    double seconds = 0;
+    int status = run_launcher(2, {"--gpus", "2", "--launch-child", "error"}, &output, &seconds);
+    CHECK(status == 1);
+    CHECK(output == "error: no data shards match the pattern missing_*.bin\n");
 }
 
 TEST(launch_local_forwards_sigterm) {
