@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
             gpt2_forward(&model, st.inputs.data() + rows, st.targets.data() + rows, micro_B, st.T,
                          1.0f / r->micro_batches, true);
             gpt2_backward(&model);
-            gpt2_end_micro_step(&model);
+            gpt2_end_micro_step(&model, micro == r->micro_batches - 1);
         }
         if (st.num_steps > 0) {
             gpt2_update(&model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip, 0.0f);

@@ -213,6 +213,23 @@ static void small_memsets_to_kernels(cudaGraph_t graph) {
     }
 }
 
+// Hand-offs between a pass that may be captured as a graph and streams outside it (the
+// communication stream): while capturing, the record or the wait becomes an external event node,
+// which the graph performs at each launch; outside a capture, an ordinary record or wait.
+static bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status;
+    cudaCheck(cudaStreamIsCapturing(stream, &status));
+    return status == cudaStreamCaptureStatusActive;
+}
+
+static void record_for_outside(cudaEvent_t event, cudaStream_t stream) {
+    cudaCheck(cudaEventRecordWithFlags(event, stream, capturing(stream) ? cudaEventRecordExternal : cudaEventRecordDefault));
+}
+
+static void stream_waits_outside(cudaStream_t stream, cudaEvent_t event) {
+    cudaCheck(cudaStreamWaitEvent(stream, event, capturing(stream) ? cudaEventWaitExternal : cudaEventWaitDefault));
+}
+
 template <typename Launches>
 static cudaGraphExec_t graph_capture(const Launches& launches) {
     cudaGraph_t graph;
@@ -2991,6 +3008,18 @@ typedef struct {
     float* micro_grads_memory;  // a micro-step's gradients after the first (gpt2_begin_micro_step)
     int micro;                  // the micro-step in progress
     float* received;       // the other ranks' gradients of this rank's slice: world - 1 slots of it
+    // With several ranks, each bucket of gradients (llmc/zero.h: a layer's, from the top, then the
+    // rest) moves to its owners as soon as the backward pass has written it, when both streams
+    // have passed its events (overlap_grads). With overlap_params, the updated parameters come back
+    // in the same buckets, the embeddings and the final layernorm first, then the layers from the
+    // bottom, and the next forward pass's layer l waits only for its own (gather_done).
+    // GPT2_OVERLAP: 0 neither (everything moves in the update), 1 the gradients (the default),
+    // 2 both (README "Several GPUs" has their times).
+    bool overlap_grads, overlap_params;
+    std::vector<std::vector<ZeroRange>> grad_buckets;
+    std::vector<std::vector<ZeroMessage>> to_owners, from_owners;  // each bucket's messages (llmc/zero.h)
+    std::vector<ZeroMessage> all_to_owners;                         // every gradient's, GPT2_OVERLAP=0
+    std::vector<cudaEvent_t> bucket_main_done, bucket_side_done, gather_done;
     float* norm_partials;  // gradient norm: one sum of squares per chunk, world * chunks_per_rank
     float* loss_shares;    // the ranks' (loss, stop request) of a step, 2 * world
     cudaEvent_t comm_joined;  // hand-offs between the main stream and g_comm.stream
@@ -3050,13 +3079,39 @@ static void validate_config(const GPT2Config* c, const char* source) {
     }
 }
 
+// device_malloc for the buffers that NCCL moves (llmc/comm.cuh's comm_malloc), freed by comm_mem_free.
+static float* comm_buffer(size_t bytes, const char* what) {
+    g_device_bytes += bytes;
+    return (float*)comm_malloc(&g_comm, bytes, what);
+}
+
 // What the moves between ranks need: the slots where an owner receives the other ranks'
-// gradients of its slice, the norm's partial sums, the loss shares.
+// gradients of its slice, the buckets' events, the norm's partial sums, the loss shares.
 static void gpt2_allocate_comm(GPT2* model) {
     int world = g_comm.world;
-    size_t owned = model->shard.end - model->shard.begin;
     if (world > 1) {
-        model->received = (float*)device_malloc((world - 1) * owned * sizeof(float), "gradients from other ranks");
+        // the same size on every rank (windows are registered collectively): the largest slice's
+        size_t slice = model->shard.chunks_per_rank * ZERO_CHUNK;
+        model->received = comm_buffer((world - 1) * slice * sizeof(float), "gradients from other ranks");
+        const char* overlap = getenv("GPT2_OVERLAP");
+        int level = overlap == nullptr ? 1 : overlap[0] - '0';
+        if (overlap != nullptr && (strlen(overlap) != 1 || level < 0 || level > 2)) { fail("GPT2_OVERLAP=%s: must be 0, 1 or 2", overlap); }
+        model->overlap_grads = level >= 1;
+        model->overlap_params = level >= 2;
+        bool layered[NUM_PARAMETER_TENSORS];
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { layered[i] = i >= 2 && i < NUM_PARAMETER_TENSORS - 2; }
+        model->grad_buckets = zero_gradient_buckets(model->param_sizes, layered, NUM_PARAMETER_TENSORS,
+                                                    model->config.num_layers);
+        size_t P = model->num_parameters;
+        for (const std::vector<ZeroRange>& bucket : model->grad_buckets) {
+            model->to_owners.push_back(zero_messages(bucket, P, g_comm.rank, world, true, COMM_MESSAGE_FLOATS));
+            model->from_owners.push_back(zero_messages(bucket, P, g_comm.rank, world, false, COMM_MESSAGE_FLOATS));
+        }
+        model->all_to_owners = zero_messages({{0, P}}, P, g_comm.rank, world, true, COMM_MESSAGE_FLOATS);
+        for (auto* events : {&model->bucket_main_done, &model->bucket_side_done, &model->gather_done}) {
+            events->resize(model->grad_buckets.size());
+            for (cudaEvent_t& event : *events) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+        }
     }
     size_t norm_partials = world * model->shard.chunks_per_rank;
     model->norm_partials = (float*)device_malloc(norm_partials * sizeof(float), "gradient norm partials");
@@ -3097,8 +3152,8 @@ static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
     size_t bytes = model->num_parameters * sizeof(float);
     size_t owned_bytes = std::max<size_t>(model->shard.end - model->shard.begin, 4) * sizeof(float);
     size_t padded_bytes = g_comm.world * model->shard.chunks_per_rank * ZERO_CHUNK * sizeof(float);
-    model->params_memory = (float*)device_malloc(padded_bytes, "parameters");
-    model->grads_memory = (float*)device_malloc(bytes, "gradients");
+    model->params_memory = comm_buffer(padded_bytes, "parameters");
+    model->grads_memory = comm_buffer(bytes, "gradients");
     model->m_memory = (float*)device_malloc(owned_bytes, "AdamW first moments");
     model->v_memory = (float*)device_malloc(owned_bytes, "AdamW second moments");
     cudaCheck(cudaMemset(model->params_memory, 0, padded_bytes));
@@ -3327,9 +3382,14 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
     size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
+    auto parameters_arrived = [&](size_t bucket) {  // gpt2_gather_parameters
+        if (model->overlap_params) { stream_waits_outside(0, model->gather_done[bucket]); }
+    };
+    parameters_arrived(L);
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, NULL, B, T, C);
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
+        parameters_arrived(L - 1 - l);
         float* qkv = a.qkv + l * 3 * btc;
         float* atty = a.atty + l * btc;
         float* fch = a.fch + l * 4 * btc;
@@ -3423,8 +3483,30 @@ static void gpt2_begin_micro_step(GPT2* model, int micro) {
     point_parameters(&model->grads, grads, model->param_sizes);
 }
 
-static void gpt2_end_micro_step(GPT2* model) {
-    if (model->micro > 0) { add_inplace(model->grads_memory, model->micro_grads_memory, model->num_parameters, 0); }
+// On a step's last micro-step with several ranks, each bucket of gradients moves to its owners on
+// g_comm.stream once the backward pass has written it, first added to the earlier micro-steps'
+// sum (micro > 0): the same additions, in the same order, as gpt2_end_micro_step's.
+static void gpt2_send_gradient_buckets(GPT2* model) {
+    const Comm* comm = &g_comm;
+    for (size_t k = 0; k < model->grad_buckets.size(); k++) {
+        cudaCheck(cudaStreamWaitEvent(comm->stream, model->bucket_main_done[k], 0));
+        cudaCheck(cudaStreamWaitEvent(comm->stream, model->bucket_side_done[k], 0));
+        for (ZeroRange range : model->grad_buckets[k]) {
+            if (model->micro == 0) { break; }
+            add_inplace(model->grads_memory + range.begin, model->micro_grads_memory + range.begin,
+                        range.end - range.begin, comm->stream);
+        }
+        comm_post(comm, model->to_owners[k], model->grads_memory, model->received);
+    }
+}
+
+// `last`: the step's last micro-step.
+static void gpt2_end_micro_step(GPT2* model, bool last) {
+    if (last && model->overlap_grads) {
+        gpt2_send_gradient_buckets(model);
+    } else if (model->micro > 0) {
+        add_inplace(model->grads_memory, model->micro_grads_memory, model->num_parameters, 0);
+    }
 }
 
 // With -r 1, layer l's residual2 = residual + the attention projection, which the forward pass did
@@ -3468,6 +3550,12 @@ static void gpt2_backward_launches(GPT2* model) {
     };
     auto side_marks = [&](cudaEvent_t event) { cudaCheck(cudaEventRecord(event, side)); };
     auto main_waits_for = [&](cudaEvent_t event) { cudaCheck(cudaStreamWaitEvent(0, event, 0)); };
+    // bucket k's gradients are written on both streams (gpt2_send_gradient_buckets waits for these)
+    auto bucket_done = [&](size_t k) {
+        if (!model->overlap_grads) { return; }
+        record_for_outside(model->bucket_main_done[k], 0);
+        record_for_outside(model->bucket_side_done[k], k < (size_t)L ? side : 0);  // the last: side joined
+    };
 
     side_waits_for_main();
     gpt2_transpose_layer_weights(model, L - 1, side);
@@ -3524,12 +3612,14 @@ static void gpt2_backward_launches(GPT2* model) {
         main_waits_for(model->dresidual_read);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, partials, a.dbtc, residual,
                            p.ln1w + l * C, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, BT, C);
+        bucket_done(L - 1 - l);
     }
     side_marks(model->grads_done);
     main_waits_for(model->grads_done);  // every weight gradient is in before the optimizer or the next forward
     encoder_backward(g.wte, g.wpe, a.dbt4c, model->group_counters, a.dresidual, model->num_buckets,
                      model->bucket_tokens, model->bucket_starts, model->bucket_positions, model->bucket_groups,
                      model->group_bounds, B, T, c->max_seq_len, C);  // dbt4c (4 B*T*C floats) holds the partials
+    bucket_done(L);
 }
 
 // Backward pass of the last forward (which must have computed the classifier's gradients, and
@@ -3540,6 +3630,16 @@ static void gpt2_backward(GPT2* model) {
     model->grads_pending = false;
     GraphKey key = {1, model->B, model->T, (int64_t)model->grads.wte, 0, 0};
     model->graphs.run(key, [&] { gpt2_backward_launches(model); });
+}
+
+// Every rank gathers the updated parameters from their owners on g_comm.stream, bucket by bucket
+// in the order the forward pass reads them (the last gradient bucket, with the embeddings, first),
+// each bucket's arrival marked for the forward pass (gpt2_forward_layers) to wait for.
+static void gpt2_gather_parameters(GPT2* model) {
+    for (size_t k = model->grad_buckets.size(); k-- > 0;) {
+        comm_post(&g_comm, model->from_owners[k], model->params_memory, model->params_memory);
+        cudaCheck(cudaEventRecord(model->gather_done[k], g_comm.stream));
+    }
 }
 
 // The main stream waits for g_comm.stream; with marks (two timing events), records the wait.
@@ -3567,28 +3667,28 @@ static void gpt2_share_step_stats(GPT2* model) {
 
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0),
 // or skipped when the loss or norm is not finite or the norm is a spike (spike_z > 0); the
-// decision and the norm stay on the device (gpt2_read_stats reads them). With several ranks (ZeRO-1), each
-// sends every other rank its gradients of that rank's slice, each owner sums the ranks' gradients
-// of its slice in rank order and updates its slice, then every rank gathers all parameters.
-// (Measured slower on 2 H200s, d12 B=16: moving each layer's gradients during the backward pass,
-// 65.2-65.5 ms per step against 64.1-64.6, as the backward pass lost more to NCCL's kernels beside
-// it than the overlap hid, also with a layernorm_backward that is not a cooperative launch; and
-// updating the slice in parts, each broadcast while the next is updated, 65.1 ms.)
+// decision and the norm stay on the device (gpt2_read_stats reads them). With several ranks (ZeRO-1),
+// the gradients of each rank's slice have gone to it bucket by bucket during the backward pass
+// (gpt2_send_gradient_buckets; with GPT2_OVERLAP=0 all of them here), each owner sums the ranks'
+// gradients of its slice in rank order and updates its slice, then every rank gathers all
+// parameters (with GPT2_OVERLAP=2 bucket by bucket, while the next forward pass starts).
 // comm_marks: 6 timing events around the three waits for communication (the gradients, the
-// norm's partials, the parameters), or NULL.
+// norm's partials, the parameters: with GPT2_OVERLAP=2, only the embeddings' bucket), or NULL.
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float max_norm, float spike_z, cudaEvent_t* comm_marks = NULL) {
     const Comm* comm = &g_comm;
     const ZeroShard* shard = &model->shard;
     auto marks = [&](int wait) { return comm_marks != NULL ? comm_marks + 2 * wait : NULL; };
-    gpt2_share_step_stats(model);
     if (comm->world > 1) {
         size_t owned = shard->end - shard->begin;
         stream_waits(comm->stream, 0, model->comm_joined);
-        comm_send_slices_to_owners(comm, model->grads_memory, model->num_parameters, model->received);
+        if (!model->overlap_grads) {
+            comm_post(comm, model->all_to_owners, model->grads_memory, model->received);
+        }
         if (owned > 0) { ordered_sum(model->grads_memory + shard->begin, model->received, owned, owned, comm); }
         gpt2_wait_for_comm(model, marks(0));
     }
+    gpt2_share_step_stats(model);
     grad_norm_partials(model->norm_partials, model->grads_memory, model->num_parameters, shard->first_chunk,
                        shard->end_chunk);
     if (comm->world > 1) {
@@ -3612,8 +3712,15 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
     }
     if (comm->world > 1) {
         stream_waits(comm->stream, 0, model->comm_joined);
-        comm_all_gather(comm, model->params_memory, shard->chunks_per_rank * ZERO_CHUNK);
-        gpt2_wait_for_comm(model, marks(2));
+        if (model->overlap_params) {
+            gpt2_gather_parameters(model);
+            if (marks(2) != NULL) { cudaCheck(cudaEventRecord(marks(2)[0])); }
+            cudaCheck(cudaStreamWaitEvent(0, model->gather_done.back(), 0));  // wte, for its transpose
+            if (marks(2) != NULL) { cudaCheck(cudaEventRecord(marks(2)[1])); }
+        } else {
+            comm_all_gather(comm, model->params_memory, shard->chunks_per_rank * ZERO_CHUNK);
+            gpt2_wait_for_comm(model, marks(2));
+        }
     }
     gpt2_transpose_wte(model);
 }
@@ -3640,17 +3747,22 @@ static const StepStats* gpt2_wait_stats(const GPT2* model, int slot) {
     return &model->stats_copies[slot];
 }
 
-static const StepStats* gpt2_read_stats(GPT2* model) {
+[[maybe_unused]] static const StepStats* gpt2_read_stats(GPT2* model) {
     gpt2_queue_stats(model, 0);
     return gpt2_wait_stats(model, 0);
 }
 
 static void gpt2_free(GPT2* model) {
     model->graphs.clear();
-    float* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                        model->micro_grads_memory, model->received, model->norm_partials, model->loss_shares,
-                        model->acts_memory, model->reduce_partials};
+    for (float* buffer : {model->params_memory, model->grads_memory, model->received}) {
+        if (buffer != NULL) { comm_mem_free(&g_comm, buffer); }
+    }
+    float* buffers[] = {model->m_memory, model->v_memory, model->micro_grads_memory, model->norm_partials,
+                        model->loss_shares, model->acts_memory, model->reduce_partials};
     for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
+    for (auto* events : {&model->bucket_main_done, &model->bucket_side_done, &model->gather_done}) {
+        for (cudaEvent_t event : *events) { cudaCheck(cudaEventDestroy(event)); }
+    }
     cudaCheck(cudaFree(model->stats));
     cudaCheck(cudaEventDestroy(model->comm_joined));
     int* int_buffers[] = {model->inputs,           model->targets,       model->num_buckets,  model->bucket_tokens,
@@ -3955,7 +4067,7 @@ static void print_usage() {
         "each ending's tokens, the lowest wins)\n"
         "  --eval FILE         evaluate at the end of training, or without training with -x 0\n"
         "  --eval-every N      also every N steps (default 0: at the end only)\n"
-        "  --eval-report FILE  write each example's choice and four losses (one GPU)\n"
+        "  --eval-report FILE  write each example's choice and four losses\n"
         "generation (prints completions of a prompt with the -e model and exits; no data files needed)\n"
         "  --prompt TEXT       the prompt (\"\" starts from <|endoftext|>)\n"
         "  --prompt-file FILE  the prompt from a file\n"
@@ -4130,7 +4242,6 @@ static TrainArgs parse_args(int argc, char** argv, int world) {
     require(args.eval_every >= 0, "--eval-every", "must not be negative (0: at the end only)");
     require(args.eval_path != NULL || (args.eval_every == 0 && args.eval_report == NULL), "--eval",
             "--eval-every and --eval-report need an --eval file");
-    require(args.eval_report == NULL || world == 1, "--eval-report", "needs one GPU (each GPU scores its own examples)");
     args.sampling.seed = r->seed;
     // the bundled files, found from any directory (llmc/paths.h); generating or only evaluating reads no data
     bool trains = args.prompt == NULL && args.prompt_file == NULL && r->max_steps != 0;
@@ -4326,17 +4437,30 @@ static FILE* open_run_log(const TrainArgs* args) {
     return fopen_or_fail(log_path, args->resume ? "a" : "w");
 }
 
-// Each rank evaluates `batches` of its share of the validation data; the loss is the mean over
-// all ranks' batches, the shares summed in rank order.
-static float validation_loss(GPT2* model, DataLoader* loader, int batches) {
-    dataloader_reset(loader);
-    gpt2_reset_loss(model);
-    for (int i = 0; i < batches; i++) {
-        dataloader_next_batch(loader);
-        gpt2_forward(model, loader->inputs, loader->targets, loader->B, loader->T, 1.0f / (batches * g_comm.world));
+// The mean loss over `rows` validation rows (llmc/dataloader.h's evaluation rows), the same bits
+// on any number of GPUs: each rank scores its share of the rows in forward passes of the loader's
+// B rows (one GPU's shape; a short pass repeats its last row), each row's losses are summed in
+// position order, and the row sums, shared exactly, are added in row order.
+static float validation_loss(GPT2* model, DataLoader* loader, int64_t rows) {
+    int B = loader->B, T = loader->T;
+    RowRange mine = split_rows(rows, g_comm.rank, g_comm.world);
+    std::vector<double> row_sums((size_t)rows, 0.0);
+    std::vector<float> losses((size_t)B * T);
+    for (int64_t first = mine.begin; first < mine.end; first += B) {
+        int count = (int)std::min<int64_t>(B, mine.end - first);
+        dataloader_read_rows(loader, first, count);
+        gpt2_forward(model, loader->inputs, loader->targets, B, T);
+        cudaCheck(cudaMemcpy(losses.data(), model->acts.losses, losses.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int r = 0; r < count; r++) {
+            double sum = 0.0;
+            for (int t = 0; t < T; t++) { sum += losses[(size_t)r * T + t]; }
+            row_sums[(size_t)(first + r)] = sum;
+        }
     }
-    gpt2_share_step_stats(model);
-    return gpt2_read_stats(model)->loss;
+    comm_sum_disjoint(&g_comm, row_sums.data(), row_sums.size());
+    double total = 0.0;
+    for (double sum : row_sums) { total += sum; }
+    return (float)(total / ((double)rows * T));
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -4453,28 +4577,6 @@ static void eval_prepare(const TrainArgs* args, const Tokenizer* tokenizer, int 
     printf0("\n");
 }
 
-// Every rank's mean losses to every rank: each example was scored on one rank, the others hold
-// zeros, and the doubles travel as raw bits (an all-gather only copies), so the sums are exact.
-static void share_eval_losses(std::vector<EvalLosses>* losses) {
-    int world = g_comm.world;
-    if (world == 1) { return; }
-    size_t floats = losses->size() * sizeof(EvalLosses) / sizeof(float);
-    float* buffer = (float*)device_malloc(floats * world * sizeof(float), "evaluation");
-    cudaCheck(cudaMemcpy(buffer + g_comm.rank * floats, losses->data(), floats * sizeof(float), cudaMemcpyHostToDevice));
-    comm_all_gather(&g_comm, buffer, floats);
-    cudaCheck(cudaStreamSynchronize(g_comm.stream));
-    std::vector<EvalLosses> all(losses->size() * world);
-    cudaCheck(cudaMemcpy(all.data(), buffer, floats * world * sizeof(float), cudaMemcpyDeviceToHost));
-    device_free(buffer, floats * world * sizeof(float));
-    for (size_t e = 0; e < losses->size(); e++) {
-        for (int i = 0; i < kEvalEndings; i++) {
-            double sum = 0.0;
-            for (int rank = 0; rank < world; rank++) { sum += all[rank * losses->size() + e][i]; }
-            (*losses)[e][i] = sum;
-        }
-    }
-}
-
 // Scores the set, prints and logs the accuracy (s:STEP eval:ACCURACY) and writes --eval-report.
 static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, const std::vector<EvalBatch>& batches,
                      int step, FILE* log) {
@@ -4488,7 +4590,7 @@ static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, con
                              cudaMemcpyDeviceToHost));
         eval_score_batch(b, row_losses.data(), &losses);
     }
-    share_eval_losses(&losses);
+    comm_sum_disjoint(&g_comm, losses.data()->data(), losses.size() * kEvalEndings);  // each example scored on one rank
     EvalResult result = eval_result(*set, losses);
     printf0("eval: accuracy %.4f (%d/%d) at step %d in %.2f s\n", result.accuracy(), result.correct, result.evaluated,
             step, wall_seconds() - start);
@@ -4599,18 +4701,22 @@ typedef struct {
     FILE* log;           // rank 0's main.log, or NULL
     int start_step;
     int micro_steps;     // this rank's micro-steps per optimizer step
-    int val_batches;     // validation batches per rank
+    int64_t val_rows;    // validation rows, split over the ranks (validation_loss)
     float peak_tflops;   // one GPU's, for MFU
     double flops_per_step;
     PhaseTimes phases;
     // Steps are pipelined: step s + 1 is queued before the host waits for step s's loss, so the GPU
-    // does not idle while the host loads a batch, logs and launches. A step's time is from when
-    // the GPU could start it (queued, and the previous step done) to when it was seen done.
+    // does not idle while the host loads a batch, logs and launches. A step's time is the GPU's,
+    // from the step's first event (when the GPU could start it: queued, and the work before it
+    // done) to its last, so accumulation and pipelining cannot move time between steps' lines.
     int pending;  // the queued step not yet reported, or -1
     int skips_in_a_row;   // updates skipped since the last applied one
     bool stop_requested;  // a signal: the next step is the last
-    double queued_at[2], last_done, timed_seconds;
-    int timed_steps;
+    cudaEvent_t first_step_end;  // the end of the process's first step, untimed (one-time setup)
+    double timed_seconds;        // the steps after it, summed
+    int timed_steps, last_step;
+    cudaEvent_t periodic_marks[2];  // around run_periodic's work between two steps
+    double periodic_ms;             // that work's time after the first step, summed
 } Run;
 
 static void run_print_config(const Run* run, int val_B) {
@@ -4625,7 +4731,8 @@ static void run_print_config(const Run* run, int val_B) {
     print_row("attention", "%s", attention_name(c->attention));
     print_row("train data", "%s (%zu batches/epoch)", args->train_pattern.c_str(),
               dataloader_batches_per_epoch(&run->train_loader));
-    print_row("val data", "%s (%d x %d batches of B=%d)", args->val_pattern.c_str(), g_comm.world, run->val_batches, val_B);
+    print_row("val data", "%s (%lld batches of B=%d, %lld rows split over %d GPU%s)", args->val_pattern.c_str(),
+              (long long)(run->val_rows / val_B), val_B, (long long)run->val_rows, g_comm.world, g_comm.world > 1 ? "s" : "");
     print_row("GPUs", "%d (%s)", g_comm.world, g_comm.world > 1 ? "NCCL, ZeRO-1 optimizer shards" : "one process");
     print_row("batch per GPU", "B=%d T=%d x %d micro-steps", r->B, r->T, run->micro_steps);
     print_row("batch", "%d micro-batches = %lld tokens per step", r->micro_batches, (long long)args->total_batch_tokens);
@@ -4675,13 +4782,12 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
     run->micro_steps = r->micro_batches / world;
     dataloader_init(&run->train_loader, args->train_pattern.c_str(), r->B, r->T, g_comm.rank, world, run->micro_steps, false,
                     r->seed, c->vocab_size);
-    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern.c_str(), r->T, world));
-    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than %d x (T+1) tokens", args->val_pattern.c_str(), world); }
-    dataloader_init(&run->val_loader, args->val_pattern.c_str(), val_B, r->T, g_comm.rank, world, 1, false, r->seed,
-                    c->vocab_size);
-    int val_per_epoch = (int)dataloader_batches_per_epoch(&run->val_loader);
-    run->val_batches = args->val_batches == 0 ? val_per_epoch
-                                              : std::min(std::max(1, args->val_batches / world), val_per_epoch);
+    // validation: the rows of one GPU's -m batches (all with -m 0), whatever the number of GPUs
+    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern.c_str(), r->T, 1));
+    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than T+1 = %d tokens", args->val_pattern.c_str(), r->T + 1); }
+    dataloader_init(&run->val_loader, args->val_pattern.c_str(), val_B, r->T, 0, 1, 1, false, r->seed, c->vocab_size);
+    int64_t val_per_epoch = (int64_t)dataloader_batches_per_epoch(&run->val_loader);
+    run->val_rows = val_B * (args->val_batches == 0 ? val_per_epoch : std::min<int64_t>(args->val_batches, val_per_epoch));
     if (r->max_steps < 0) {
         r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&run->train_loader));
     }
@@ -4711,6 +4817,8 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
     run->flops_per_step =
         (6.0 * model->num_parameters + 6.0 * c->num_layers * r->T * c->channels) * (double)args->total_batch_tokens;
     phase_times_init(&run->phases, run->micro_steps);
+    cudaCheck(cudaEventCreate(&run->first_step_end));
+    for (cudaEvent_t& mark : run->periodic_marks) { cudaCheck(cudaEventCreate(&mark)); }
     run->pending = -1;
 }
 
@@ -4721,7 +4829,6 @@ static void run_step(Run* run, int step) {
     const RunShape* r = &run->args.shape;
     int slot = step % 2;
     const std::vector<cudaEvent_t>& marks = run->phases.marks[slot];
-    run->queued_at[slot] = wall_seconds();
     cudaCheck(cudaEventRecord(marks[0]));
     if (signals_pending() != 0) { *model->stop_request = 1.0f; }
     gpt2_reset_loss(model);
@@ -4732,7 +4839,7 @@ static void run_step(Run* run, int step) {
                      1.0f / r->micro_batches, true);
         cudaCheck(cudaEventRecord(marks[2 * micro + 1]));
         gpt2_backward(model);
-        gpt2_end_micro_step(model);
+        gpt2_end_micro_step(model, micro == run->micro_steps - 1);
         cudaCheck(cudaEventRecord(marks[2 * micro + 2]));
     }
     if (step == run->args.debug_nan_step) { cudaCheck(cudaMemsetAsync(model->grads_memory, 0xff, sizeof(float))); }
@@ -4740,6 +4847,7 @@ static void run_step(Run* run, int step) {
     gpt2_update(model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip,
                 r->spike_z, comm_marks.empty() ? NULL : comm_marks.data());
     cudaCheck(cudaEventRecord(marks.back()));
+    if (step == run->start_step) { cudaCheck(cudaEventRecord(run->first_step_end)); }
     gpt2_queue_stats(model, slot);
 }
 
@@ -4776,8 +4884,10 @@ static void run_report(Run* run) {
     run->pending = -1;
     const StepStats* stats = gpt2_wait_stats(&run->model, slot);
     float loss = stats->loss, grad_norm = stats->grad_norm;
-    double now = wall_seconds(), seconds = now - std::max(run->queued_at[slot], run->last_done);
-    run->last_done = now;
+    float step_ms;
+    cudaCheck(cudaEventElapsedTime(&step_ms, run->phases.marks[slot].front(), run->phases.marks[slot].back()));
+    double seconds = step_ms / 1e3;
+    run->last_step = step;
     if (step > run->start_step) {  // the first step of a process includes one-time setup
         run->timed_seconds += seconds;
         run->timed_steps++;
@@ -4806,27 +4916,38 @@ static void run_periodic(Run* run, int step, bool last_step) {
     GPT2* model = &run->model;
     bool checkpoint_due = args->output_dir != NULL && step > run->start_step &&
                           (last_step || (args->checkpoint_every > 0 && step % args->checkpoint_every == 0));
-    bool val_due = args->val_every > 0 && run->val_batches > 0 && (step % args->val_every == 0 || last_step);
+    bool val_due = args->val_every > 0 && run->val_rows > 0 && (step % args->val_every == 0 || last_step);
     bool sample_due = args->sample_every > 0 && args->gen_tokens > 0 && step > 0 &&
                       (step % args->sample_every == 0 || last_step);
-    if (checkpoint_due || val_due || sample_due || last_step) { run_report(run); }
+    bool eval_due = args->eval_path != NULL && (last_step || (args->eval_every > 0 && step % args->eval_every == 0 && step > 0));
+    if (!(checkpoint_due || val_due || sample_due || eval_due || last_step)) { return; }
+    run_report(run);
+    gpt2_join_comm(model);  // all parameters are in, for the host and for the work below
+    bool timed = step > run->start_step && !last_step;  // between two steps that the step times span
+    if (timed) { cudaCheck(cudaEventRecord(run->periodic_marks[0])); }
     if (checkpoint_due) {
         write_checkpoint(args->output_dir, step, model, &args->shape, &run->train_loader);
         if (args->checkpoint_keep > 0 && g_comm.rank == 0) { prune_checkpoints(args->output_dir, args->checkpoint_keep); }
         if (g_comm.rank == 0) { remove_stale_temp_files(args->output_dir); }
     }
     if (val_due) {
-        float val_loss = validation_loss(model, &run->val_loader, run->val_batches);
+        float val_loss = validation_loss(model, &run->val_loader, run->val_rows);
         printf0("step %d: val loss %.6f\n", step, val_loss);
         if (run->log) {
             fprintf(run->log, "s:%d tel:%.6f\n", step, val_loss);
             fflush(run->log);
         }
     }
-    bool eval_due = args->eval_path != NULL && (last_step || (args->eval_every > 0 && step % args->eval_every == 0 && step > 0));
     if (eval_due) { evaluate(model, args, &run->eval_set, run->eval_batches, step, run->log); }
     if (sample_due && run->sampler.M > 0) {
         print_sample(model, &run->sampler, &run->tokenizer, args->shape.seed + step, args->gen_tokens);
+    }
+    if (timed) {
+        float ms;
+        cudaCheck(cudaEventRecord(run->periodic_marks[1]));
+        cudaCheck(cudaEventSynchronize(run->periodic_marks[1]));
+        cudaCheck(cudaEventElapsedTime(&ms, run->periodic_marks[0], run->periodic_marks[1]));
+        run->periodic_ms += ms;
     }
     if (last_step && run->stop_requested) {
         if (checkpoint_due) {
@@ -4846,6 +4967,10 @@ static void run_finish(Run* run) {
         printf0("average step: %.2f ms (forward %.2f, backward %.2f, update %.2f ms on the GPU)\n",
                 run->timed_seconds / n * 1e3, phases->forward_ms / n, phases->backward_ms / n, phases->update_ms / n);
         if (g_comm.world > 1) { printf0("exposed communication: %.2f ms per step\n", phases->exposed_comm_ms / n); }
+        float run_ms;  // what the step lines must add up to: from the first timed step to the last step's end
+        cudaCheck(cudaEventElapsedTime(&run_ms, run->first_step_end, run->phases.marks[run->last_step % 2].back()));
+        printf0("step times: %d steps, %.2f ms summed, %.2f ms wall clock (the GPU's, less checkpoints, validation, "
+                "evaluation and samples)\n", n, run->timed_seconds * 1e3, run_ms - run->periodic_ms);
     }
     printf0("GPU memory allocated: %.3f GB\n", g_device_bytes / 1e9);
     if (g_comm.rank == 0) { printf("weights checksum: %016llx\n", (unsigned long long)gpt2_weights_checksum(&run->model)); }
@@ -4871,7 +4996,13 @@ int main(int argc, char** argv) {
              "rebuild with make", std::max(gpus, me.world), gpus > 1 ? "flag --gpus" : me.source);
     }
     int world = std::max({gpus, me.world, 1});
-    TrainArgs args = parse_args(argc, argv, world);  // bad flags fail here, before any process starts
+    g_fail_quiet = me.world > 1 && me.rank != 0;  // what every rank finds alike, rank 0 reports
+    TrainArgs args = parse_args(argc, argv, world);  // bad flags and data fail here, before any process starts
+    if (args.shape.max_steps != 0 && args.prompt == NULL && args.prompt_file == NULL) {
+        dataloader_check_pattern(args.train_pattern.c_str());
+        dataloader_check_pattern(args.val_pattern.c_str());
+    }
+    g_fail_quiet = false;
     if (args.prompt != NULL || args.prompt_file != NULL) {
         if (world > 1) { fail("flag --prompt: generation runs on one GPU (no --gpus, no launcher)"); }
         generate_main(&args);

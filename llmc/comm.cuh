@@ -49,6 +49,76 @@ static void nccl_check(ncclResult_t result, const char* file, int line) {
 #define ncclCheck(result) nccl_check((result), __FILE__, __LINE__)
 #endif
 
+#ifdef USE_NCCL
+// The communicator's use of the GPU, to measure how NCCL shares it with the backward pass that
+// the gradients' moves overlap (README, "Several GPUs"): GPT2_NCCL_CTA_POLICY=default|efficiency|zero
+// and GPT2_NCCL_MAX_CTAS=N set ncclConfig_t's CTAPolicy and maxCTAs; unset, NCCL chooses.
+static ncclConfig_t comm_config() {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (const char* policy = getenv("GPT2_NCCL_CTA_POLICY")) {
+        const char* names[] = {"default", "efficiency", "zero"};
+        const int policies[] = {NCCL_CTA_POLICY_DEFAULT, NCCL_CTA_POLICY_EFFICIENCY, NCCL_CTA_POLICY_ZERO};
+        int i = 0;
+        while (i < 3 && strcmp(policy, names[i]) != 0) { i++; }
+        if (i == 3) { fail("GPT2_NCCL_CTA_POLICY=%s: must be default, efficiency or zero", policy); }
+        config.CTAPolicy = policies[i];
+    }
+    if (const char* max_ctas = getenv("GPT2_NCCL_MAX_CTAS")) {
+        char* end = nullptr;
+        long n = strtol(max_ctas, &end, 10);
+        if (*max_ctas == '\0' || *end != '\0' || n < 1 || n > 64) { fail("GPT2_NCCL_MAX_CTAS=%s: must be 1..64", max_ctas); }
+        config.maxCTAs = (int)n;
+    }
+    return config;
+}
+#endif
+
+// Whether the buffers that NCCL moves are registered as symmetric windows (GPT2_NCCL_WINDOWS=1),
+// which lets NCCL 2.28 move them with the copy engines under the zero-CTA policy.
+static bool comm_windows() {
+    const char* windows = getenv("GPT2_NCCL_WINDOWS");
+    return windows != nullptr && strcmp(windows, "1") == 0;
+}
+
+#ifdef USE_NCCL
+static std::vector<std::pair<void*, ncclWindow_t>> g_comm_windows;  // comm_malloc's registered buffers
+#endif
+
+// Device memory for a buffer that NCCL moves: with windows, NCCL's own allocation registered
+// with the communicator (every rank allocates the same sizes in the same order); else cudaMalloc.
+// Freed by comm_mem_free.
+static void* comm_malloc(const Comm* comm, size_t bytes, const char* what) {
+    void* ptr = nullptr;
+#ifdef USE_NCCL
+    if (comm->world > 1 && comm_windows()) {
+        ncclWindow_t window;
+        if (ncclMemAlloc(&ptr, bytes) != ncclSuccess) { fail("out of GPU memory for %s (%zu bytes, ncclMemAlloc)", what, bytes); }
+        ncclCheck(ncclCommWindowRegister(comm->nccl, ptr, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
+        g_comm_windows.push_back({ptr, window});
+        return ptr;
+    }
+#endif
+    (void)comm;
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
+        fail("out of GPU memory for %s (%.2f GB more): try a smaller -b or -t", what, bytes / 1e9);
+    }
+    return ptr;
+}
+
+static void comm_mem_free(const Comm* comm, void* ptr) {
+#ifdef USE_NCCL
+    for (size_t i = 0; i < g_comm_windows.size(); i++) {
+        if (g_comm_windows[i].first != ptr) { continue; }
+        ncclCheck(ncclCommWindowDeregister(comm->nccl, g_comm_windows[i].second));
+        ncclCheck(ncclMemFree(ptr));
+        g_comm_windows.erase(g_comm_windows.begin() + i);
+        return;
+    }
+#endif
+    (void)comm;
+    if (cudaFree(ptr) != cudaSuccess) { fail("cannot free a communication buffer"); }
+}
+
 // Joins the run that `me` describes (the CUDA device already chosen): the NCCL id goes from rank
 // 0 to the others through a TCP rendezvous at MASTER_ADDR:MASTER_PORT, or through files in
 // rendezvous_dir when it is given; then the connections watch that every rank stays alive.
@@ -74,7 +144,8 @@ static void comm_init(Comm* comm, const LaunchInfo* me, const char* rendezvous_d
         rendezvous_tcp(me, &id, sizeof(id), 300.0);
         liveness_start(NULL);  // a rank that dies makes the others exit within seconds
     }
-    ncclCheck(ncclCommInitRank(&comm->nccl, me->world, id, me->rank));
+    ncclConfig_t config = comm_config();
+    ncclCheck(ncclCommInitRankConfig(&comm->nccl, me->world, id, me->rank, &config));
 #endif
 }
 
@@ -124,34 +195,26 @@ static void comm_all_gather(const Comm* comm, float* buffer, size_t count) {
 #endif
 }
 
-// Every rank sends its values of each other rank's slice of data (num_parameters floats) to that
-// rank; the owner receives rank i's values of its own slice at received + zero_sender_slot(i) *
-// (its slice's floats). In messages of at most COMM_MESSAGE_FLOATS, which NCCL spreads over its
-// channels (one 3 GB message per peer measured 2.5x slower on 2 H200s).
+// Messages of at most COMM_MESSAGE_FLOATS, which NCCL spreads over its channels (one 3 GB
+// message per peer measured 2.5x slower on 2 H200s).
 static const size_t COMM_MESSAGE_FLOATS = (size_t)1 << 24;
 
-static void comm_send_slices_to_owners(const Comm* comm, const float* data, size_t num_parameters, float* received) {
-    if (comm->world == 1) { return; }
+// Posts this rank's messages of a move (llmc/zero.h's zero_messages) as one NCCL group on
+// comm->stream: sends read from `source`, receives write into `dest`.
+static void comm_post(const Comm* comm, const std::vector<ZeroMessage>& messages, const float* source, float* dest) {
+    if (comm->world == 1 || messages.empty()) { return; }
 #ifdef USE_NCCL
-    ZeroShard mine = zero_shard(num_parameters, comm->rank, comm->world);
-    size_t owned = mine.end - mine.begin;
     ncclCheck(ncclGroupStart());
-    for (int other = 0; other < comm->world; other++) {
-        if (other == comm->rank) { continue; }
-        ZeroShard theirs = zero_shard(num_parameters, other, comm->world);
-        for (size_t begin = theirs.begin; begin < theirs.end; begin += COMM_MESSAGE_FLOATS) {
-            size_t count = std::min(COMM_MESSAGE_FLOATS, theirs.end - begin);
-            ncclCheck(ncclSend(data + begin, count, ncclFloat, other, comm->nccl, comm->stream));
-        }
-        float* slot = received + zero_sender_slot(other, comm->rank) * owned;
-        for (size_t offset = 0; offset < owned; offset += COMM_MESSAGE_FLOATS) {
-            size_t count = std::min(COMM_MESSAGE_FLOATS, owned - offset);
-            ncclCheck(ncclRecv(slot + offset, count, ncclFloat, other, comm->nccl, comm->stream));
+    for (const ZeroMessage& m : messages) {
+        if (m.send) {
+            ncclCheck(ncclSend(source + m.offset, m.count, ncclFloat, m.peer, comm->nccl, comm->stream));
+        } else {
+            ncclCheck(ncclRecv(dest + m.offset, m.count, ncclFloat, m.peer, comm->nccl, comm->stream));
         }
     }
     ncclCheck(ncclGroupEnd());
 #else
-    (void)data, (void)num_parameters, (void)received;
+    (void)source, (void)dest;
 #endif
 }
 
@@ -183,6 +246,32 @@ static void comm_gather_slices(const Comm* comm, const float* slice, size_t num_
     if (comm->world > 1 && cudaStreamSynchronize(comm->stream) != cudaSuccess) { fail("cannot gather the optimizer state"); }
 #else
     (void)buffer, (void)buffer_floats;
+#endif
+}
+
+// values (n doubles, the same positions on every rank, each written by at most one rank and 0
+// on the others) become the sum over the ranks in rank order on every rank: exact, since all but
+// one term of each sum are zeros, and the doubles travel as raw bits.
+static void comm_sum_disjoint(const Comm* comm, double* values, size_t n) {
+    if (comm->world == 1 || n == 0) { return; }
+#ifdef USE_NCCL
+    double* device = nullptr;
+    size_t bytes = n * comm->world * sizeof(double);
+    if (cudaMalloc(&device, bytes) != cudaSuccess) { fail("rank %d: out of GPU memory for %zu shared values", comm->rank, n); }
+    std::vector<double> all(n * comm->world);
+    bool ok = cudaMemcpy(device + comm->rank * n, values, n * sizeof(double), cudaMemcpyHostToDevice) == cudaSuccess;
+    ncclCheck(ncclAllGather(device + comm->rank * n, device, n, ncclDouble, comm->nccl, comm->stream));
+    ok = ok && cudaStreamSynchronize(comm->stream) == cudaSuccess &&
+         cudaMemcpy(all.data(), device, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(device);
+    if (!ok) { fail("rank %d: cannot share %zu values with the other ranks", comm->rank, n); }
+    for (size_t i = 0; i < n; i++) {
+        double sum = all[i];
+        for (int r = 1; r < comm->world; r++) { sum += all[r * n + i]; }
+        values[i] = sum;
+    }
+#else
+    (void)values;
 #endif
 }
 

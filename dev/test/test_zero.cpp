@@ -155,7 +155,7 @@ static std::vector<std::vector<float>> random_grads(int count, size_t n, unsigne
 
 // The whole move of a data-parallel run on the CPU: every rank holds its micro-step's gradients;
 // each "sends" its values of every other rank's slice into that owner's slots (the layout
-// comm_send_slices_to_owners gives), and the owner sums them as ordered_sum_kernel does. The
+// zero_messages with to_owners gives), and the owner sums them as ordered_sum_kernel does. The
 // owners' slices must equal, bit for bit, one GPU's accumulation g0 + g1 + ... in order.
 static bool data_parallel_equals_accumulation(size_t P, int world) {
     std::vector<std::vector<float>> grads = random_grads(world, P, 7 + world);
