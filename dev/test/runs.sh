@@ -7,8 +7,9 @@ check() {  # check NAME COMMAND...: the command must succeed
   shift
   if "$@"; then echo "ok    $name"; passed=$((passed + 1)); else echo "FAIL  $name"; failed=$((failed + 1)); fi
 }
-# The numbers of a log: each step's loss, lr and norm (not its timings), val losses, the checksum.
-numbers() { grep -E '^step|^weights checksum' "$1" | awk -F'|' '{print $1 $2 $3 $4}'; }
+# The numbers of a log: each step's loss, lr and norm (not its timings), val losses, the checksum
+# (not the "step times:" line).
+numbers() { grep -E '^step|^weights checksum' "$1" | grep -v '^step times:' | awk -F'|' '{print $1 $2 $3 $4}'; }
 # The numbers of a log from step $2 on (train steps are 1-based, val steps 0-based), and its checksum.
 numbers_from() { numbers "$1" | awk -v first="$2" '/^step/ { n = $0; sub(/^step +/, "", n); if (n + 0 < first) next } { print }'; }
 fails_with() {  # fails_with FRAGMENT COMMAND...: the command must exit non-zero, saying FRAGMENT

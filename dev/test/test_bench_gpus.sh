@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# CPU test of scripts/bench_gpus.sh with a fake trainer and a fake torchrun (TRAINER, TORCHRUN): the
+# rows it runs (model rows, --socket, --forms), the environment each form gets, the warm-up steps
+# left out of our times, scaling against the 1-GPU run with as many micro-steps, the targets, the
+# markdown table, --no-torch, and a failed run stopping the bench with its log.
+set -u
+cd "$(dirname "$0")/../.."
+source dev/test/runs.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+: > "$work/data.bin"
+# The fake trainer: ms per step from the model, micro-steps, GPU count and transport; the first 3
+# steps 10x slower (the bench must leave them out); exposed communication from the transport and
+# GPT2_OVERLAP. It records its environment's GPT2_*/NCCL_* variables and its flags in $CALLS.
+cat > "$work/trainer" << 'EOF'
+#!/usr/bin/env bash
+G=1 model=d12 B=0 d=0 steps=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --gpus) G=$2; shift 2 ;; -e) model=$2; shift 2 ;; -b) B=$2; shift 2 ;; -d) d=$2; shift 2 ;;
+    -x) steps=$2; shift 2 ;; -A|-t|-v|-s|-i) shift 2 ;; *) echo "error: unknown flag $1"; exit 1 ;;
+  esac
+done
+[ "${FAKE_FAIL:-}" = "$model $G" ] && { echo "error: out of memory"; exit 1; }
+micro=$((d / (B * 1024 * G)))
+echo "$model G=$G micro=$micro $(env | grep -E '^(GPT2|NCCL)_' | grep -v NCCL_NVLS | sort | tr '\n' ' ')" >> "$CALLS"
+base=$([ "$model" = d12 ] && echo 60 || echo 330)
+socket=$([ "${NCCL_P2P_DISABLE:-0}" = 1 ] && echo 1 || echo 0)
+comm=0
+if [ "$G" -gt 1 ]; then
+  comm=$([ "${GPT2_OVERLAP:-1}" = 1 ] && echo 2 || echo 6)
+  [ "$socket" = 0 ] || comm=$((comm * 5))
+fi
+ms=$(awk -v b="$base" -v m="$micro" -v c="$comm" -v extra="${GPT2_NCCL_MAX_CTAS:-0}" 'BEGIN { printf "%.2f", b * m * 1.0 + c + extra }')
+echo "| optimizer memory | 0.498 GB |"
+for s in $(seq 1 "$steps"); do
+  t=$([ "$s" -le 3 ] && awk -v m="$ms" 'BEGIN { printf "%.2f", m * 10 }' || echo "$ms")
+  printf 'step %5d/%d | loss 9.000000 | lr 6.000e-04 | norm 1.0000 | %s ms | 1000 tok/s | MFU 10.0%% | ETA 0.1 min\n' "$s" "$steps" "$t"
+done
+echo "average step: 999.00 ms (forward 1, backward 1, update 1 ms on the GPU)"
+[ "$G" = 1 ] || echo "exposed communication: $comm.00 ms per step"
+echo "GPU memory allocated: 10.190 GB"
+EOF
+cat > "$work/torchrun" << 'EOF'
+#!/usr/bin/env bash
+G=$3
+echo "torch G=$G $*" >> "$CALLS"
+echo "RESULT ms_per_step=$([ "$G" = 1 ] && echo 110.000 || echo 120.000) tok_per_s=1 peak_mem_gb=12.500"
+EOF
+chmod +x "$work/trainer" "$work/torchrun"
+bench() {  # bench NAME ARGS...: the bench with the fakes, into $work/NAME.out, its calls in $work/NAME.calls
+  local name=$1
+  shift
+  CALLS="$work/$name.calls" TRAINER="$work/trainer" TORCHRUN="$work/torchrun" \
+    scripts/bench_gpus.sh -i "$work/data.bin" "$@" > "$work/$name.out" 2>&1
+}
+export CALLS
+row() { grep -E "^\| $2 \|" "$work/$1.out"; }  # row NAME "d12 \| softmax \| 16 \| 2 \| 1 \| default"
+
+check "default rows, --gpus '1 2 4': runs, exit 0" bench main --gpus "1 2 4"
+check "d12 both kinds at 1, 2, 4 GPUs and d48 at 1 and 4: 8 table rows" \
+  test "$(grep -cE '^\| d(12|48) \|' "$work/main.out")" = 8
+check "d48 at 2 GPUs: not run" eval "! grep -q 'd48 G=2' '$work/main.calls'"
+check "PyTorch DDP: for d12 only (6 runs), with --warmup-steps 3" \
+  test "$(grep -c '^torch .*--warmup-steps 3' "$work/main.calls")" = 6
+check "ours: the first 3 steps left out (60.00 ms on 1 GPU, 62.00 at 2)" eval \
+  "row main 'd12 \| softmax \| 16 \| 1 \| 1 \| default' | grep -qF '| 60.00 |' &&
+   row main 'd12 \| softmax \| 16 \| 2 \| 1 \| default' | grep -qF '| 62.00 |'"
+# 2 GPUs: 62 ms against 60 -> 96.8%; tok/s 16*1024*2/0.062; DDP 120 against 110 -> 91.7%, 120/62 = 1.935
+check "scaling, tok/s, DDP's and the ratio" eval \
+  "row main 'd12 \| relu \| 16 \| 2 \| 1 \| default' | grep -qF '| 62.00 | 528516 | 96.8% | 2.00 | 10.190 | - | 120.000 | 273067 | 91.7% | 12.500 | 1.935 |'"
+check "targets: d12 scaling missed, ratio met; d48 at 4 met" eval \
+  "grep -q 'd12 softmax, 2 GPUs: scaling 96.8% >= 98.5%: MISSED' '$work/main.out' &&
+   grep -q 'd12 relu, 4 GPUs: tok/s 1.935x PyTorch DDP.s >= 1.9x: met' '$work/main.out' &&
+   grep -q 'd48, 4 GPUs: scaling 99.4% >= 98%, exposed communication 2.00 ms <= 7: met' '$work/main.out'"
+check "the table is last" eval "tail -n 1 '$work/main.out' | grep -q '^| d48 | softmax | 8 | 4 |'"
+
+check "--socket --forms -e '' --no-torch --gpus '1 2': runs, exit 0" bench extra --socket --forms -e "" --no-torch --gpus "1 2"
+check "... no PyTorch run" eval "! grep -q '^torch' '$work/extra.calls'"
+check "... baselines: 1 GPU with 1 and with 4 micro-steps" eval \
+  "grep -q '^d12 G=1 micro=1 \$' '$work/extra.calls' && grep -q '^d12 G=1 micro=4 \$' '$work/extra.calls'"
+check "... socket rows: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE, GPT2_OVERLAP=1 and =0, 4 micro-steps" eval \
+  "grep -q '^d12 G=2 micro=1 GPT2_OVERLAP=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
+   grep -q '^d12 G=2 micro=1 GPT2_OVERLAP=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
+   grep -q '^d12 G=2 micro=4 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls'"
+# socket, 4 micro-steps: 4*60 + 10 = 250 ms against 240 on 1 GPU -> 96.0%
+check "... socket, 4 micro-steps: scaling against 1 GPU with 4 micro-steps" eval \
+  "row extra 'd12 \| softmax \| 16 \| 2 \| 4 \| socket' | grep -qF '| 250.00 | 524288 | 96.0% | 10.00 |'"
+check "... socket targets: 4 micro-steps met; exposed 10 ms <= half of 30 ms met" eval \
+  "grep -q 'socket, 2 GPUs x 4 micro-steps: scaling 96.0% >= 90%: met' '$work/extra.out' &&
+   grep -q 'exposed communication 10.00 ms <= half of the 30.00 ms with GPT2_OVERLAP=0: met' '$work/extra.out'"
+check "... forms: 6 rows at 2 GPUs with their variables" eval \
+  "test \$(grep -c '^d12 G=2 micro=1 \(GPT2_[A-Z_]*=[a-z0-9]* \)*\$' '$work/extra.calls') = 6 &&
+   grep -q 'GPT2_NCCL_CTA_POLICY=efficiency \$' '$work/extra.calls' && grep -q 'GPT2_NCCL_MAX_CTAS=4 \$' '$work/extra.calls' &&
+   grep -q 'GPT2_NCCL_MAX_CTAS=8 \$' '$work/extra.calls' &&
+   grep -q 'GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1 \$' '$work/extra.calls' &&
+   row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| MAX_CTAS=8' | grep -qF '| 70.00 |' &&
+   row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| GPT2_OVERLAP=0' | grep -qF '| 66.00 |'"
+
+fails() { ! "$@"; }
+check "a failed run: the bench exits non-zero with its log's tail" eval \
+  "FAKE_FAIL='d12 2' fails bench failed --gpus '1 2' -e d12 --no-torch &&
+   grep -q '^error: our trainer (d12 softmax, 2 GPUs, default) failed' '$work/failed.out' &&
+   grep -q 'out of memory' '$work/failed.out'"
+check "an unknown argument: an error" fails_with "unknown argument --bogus" scripts/bench_gpus.sh --bogus
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
