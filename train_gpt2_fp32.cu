@@ -24,6 +24,7 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 #include <map>
 #include <vector>
 
+#include "llmc/args.h"           // defines: TrainArgs, the flags (defaults, usage, checks), parsed once
 #include "llmc/checksum.h"       // defines: crc32c_update (checkpoint checksums)
 #include "llmc/comm.cuh"       // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
@@ -3065,12 +3066,6 @@ static void gpt2_allocate_comm(GPT2* model) {
     cudaCheck(cudaEventCreateWithFlags(&model->comm_joined, cudaEventDisableTiming));
 }
 
-static const int SPIKE_WINDOW_DEFAULT = 64;
-// Measured on a healthy run (make train's: GPT-2 124M, tiny Shakespeare, 300 steps): with W = 64
-// the largest z of the gradient norm was 2.96, so 6 leaves twice that margin, while a real loss
-// spike multiplies the norm many times over (z far above 6).
-static const float SPIKE_Z_DEFAULT = 6.0f;
-
 // The step statistics start with no update applied and an empty spike window of `window` norms.
 static void gpt2_reset_step_stats(GPT2* model, int window) {
     StepStats initial = {};
@@ -3080,7 +3075,7 @@ static void gpt2_reset_step_stats(GPT2* model, int window) {
 
 static void gpt2_allocate_step_stats(GPT2* model) {
     model->stats = (StepStats*)device_malloc(sizeof(StepStats), "step statistics");
-    gpt2_reset_step_stats(model, SPIKE_WINDOW_DEFAULT);
+    gpt2_reset_step_stats(model, kSpikeWindowDefault);
     cudaCheck(cudaMallocHost(&model->stats_copies, 2 * sizeof(StepStats)));
     cudaCheck(cudaMallocHost(&model->stop_request, sizeof(float)));
     *model->stop_request = 0.0f;
@@ -3870,276 +3865,6 @@ static double wall_seconds() {
 }
 
 #ifndef TESTING
-// ----------------------------------------------------------------------------------------------
-// Run configuration
-
-typedef struct {
-    RunShape shape;
-    std::string train_pattern, val_pattern;  // -i, -j (default: the bundled tiny Shakespeare)
-    const char* model;       // -e: model file, Hugging Face model, or d12|d24|d36|d48
-    const char* output_dir;  // -o: main.log and checkpoints
-    std::string tokenizer;   // --tokenizer (default: the bundled vocabulary)
-    const char* rendezvous_dir;  // --rendezvous-dir: meet through files there, not TCP
-    int64_t total_batch_tokens;  // -d; 0: B*T, no accumulation
-    int val_every, val_batches, sample_every, gen_tokens;
-    int checkpoint_every, checkpoint_keep, resume, force;
-    int stop_at;        // --stop-at: exit at this step after checkpointing (0: run to the end)
-    int max_skips;      // --max-skips: consecutive skipped updates that end the run
-    int recompute;      // -r: 1 = the backward pass recomputes each layer's residual2 (less memory)
-    int debug_nan_step;  // --debug-nan-step: a test hook, NaN gradients at this step (-1: off)
-    float peak_tflops;  // 0: from the table of known GPUs
-    // generation: --prompt or --prompt-file prints completions and exits
-    const char* prompt;       // the text, or NULL
-    const char* prompt_file;  // or the file holding it
-    int gen_new, batch_samples, show_ids;  // --gen, --batch-samples, --show-ids
-    SamplingParams sampling;  // --temperature, --top-k, --top-p; --seed
-    // evaluation: HellaSwag-style multiple choice (llmc/eval.h)
-    const char* eval_path;    // --eval FILE, or NULL
-    int eval_every;           // --eval-every N: also every N steps (0: at the end only)
-    const char* eval_report;  // --eval-report FILE: each example's choice and losses, of the last evaluation
-} TrainArgs;
-
-static void print_usage() {
-    printf(
-        "usage: train_gpt2_fp32 [flags]\n"
-        "data and model\n"
-        "  -i PATTERN  training shards (default dev/data/tinyshakespeare/tiny_shakespeare_train.bin)\n"
-        "  -j PATTERN  validation shards (default dev/data/tinyshakespeare/tiny_shakespeare_val.bin)\n"
-        "  -e MODEL    model file, Hugging Face GPT-2 directory (config.json + model.safetensors),\n"
-        "              or d12|d24|d36|d48 to start from scratch (default d12)\n"
-        "  -A KIND     attention: softmax or relu (default softmax, or the checkpoint's)\n"
-        "  --seed N    seed for initialisation and sampling (default 1337)\n"
-        "batch and optimisation\n"
-        "  -b B        micro-batch size per GPU (default 4)\n"
-        "  -t T        sequence length, 1..maxT (default 1024)\n"
-        "  -d TOKENS   total batch in tokens over all GPUs, a multiple of B*T*GPUs: gradient accumulation\n"
-        "              (default B*T*GPUs)\n"
-        "  -x STEPS    optimizer steps (default: one epoch of the training data)\n"
-        "  -l LR       peak learning rate (default 3e-4)\n"
-        "  -u STEPS    linear warmup steps (default 0)\n"
-        "  -k KIND     decay after warmup: cosine, linear or constant (default cosine)\n"
-        "  -q FRAC     final learning rate as a fraction of -l (default 0.0)\n"
-        "  -c WD       AdamW weight decay on the 2-D tensors (default 0.0)\n"
-        "  --beta1 B1 --beta2 B2 --eps EPS   AdamW (default 0.9, 0.95, 1e-8)\n"
-        "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
-        "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
-        "  -a 0|1      overfit a single batch (default 0)\n"
-        "  -r 0|1      1 = recompute each layer's attention residual in the backward pass: L*B*T*C floats\n"
-        "              less memory (2.5 GB for d48 at B=8) for one C x C product per layer, 2-3%% slower,\n"
-        "              bit-identical results (default 0)\n"
-        "guards (a skipped update changes no weight, moment or Adam step count)\n"
-        "  -sg Z       skip an update whose gradient norm is more than Z standard deviations above the\n"
-        "              mean of the last W norms, 0 = off (default %g)\n"
-        "  --spike-window W    W for -sg, 2..64 (default 64)\n"
-        "  --max-skips K       stop the run after K consecutive skipped updates (default 5); an update\n"
-        "              with a non-finite loss or gradient norm is always skipped\n"
-        "several GPUs (one process each; NCCL)\n"
-        "  --gpus N, -ng N       start N processes on this node's first N GPUs (no launcher needed)\n"
-        "  --rendezvous-dir DIR  meet through files in DIR (a shared filesystem) instead of TCP at\n"
-        "                        MASTER_ADDR:MASTER_PORT; ranks come from torchrun-style RANK/WORLD_SIZE,\n"
-        "                        mpirun's OMPI_COMM_WORLD_* or srun's SLURM_* variables\n"
-        "evaluation, output, checkpoints\n"
-        "  -v N        validation loss every N steps, 0 = never (default 20)\n"
-        "  -m N        validation batches over all GPUs, 0 = the whole split (default 20)\n"
-        "  -s N        sample every N steps, 0 = never (default 20)\n"
-        "  -g N        tokens to generate per sample (default 64)\n"
-        "  -o DIR      write DIR/main.log and checkpoints (refuses a DIR holding a run without --force or -y 1)\n"
-        "  -n N        checkpoint every N steps, 0 = only at the end (default 0; needs -o)\n"
-        "  -nk K       keep the last K checkpoints, 0 = all (default 0)\n"
-        "  -y 0|1      resume from the latest checkpoint in -o DIR, on any number of GPUs (default 0)\n"
-        "  --force     start a new run in an -o DIR that holds another run\n"
-        "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
-        "  --tokenizer FILE     vocabulary for prompts and samples (default: the bundled dev/data/gpt2_encoder.json)\n"
-        "  --peak-tflops F      TF32 peak of one GPU for MFU (default: a table of known GPUs)\n"
-        "multiple-choice evaluation (HellaSwag's .jsonl: ctx, 4 endings, label; scored by the mean loss of\n"
-        "each ending's tokens, the lowest wins)\n"
-        "  --eval FILE         evaluate at the end of training, or without training with -x 0\n"
-        "  --eval-every N      also every N steps (default 0: at the end only)\n"
-        "  --eval-report FILE  write each example's choice and four losses (one GPU)\n"
-        "generation (prints completions of a prompt with the -e model and exits; no data files needed)\n"
-        "  --prompt TEXT       the prompt (\"\" starts from <|endoftext|>)\n"
-        "  --prompt-file FILE  the prompt from a file\n"
-        "  --gen N             new tokens per completion, up to the model's maxT (default 256)\n"
-        "  --batch-samples M   completions, generated together (default 1)\n"
-        "  --temperature T     0 = greedy (default 1.0)\n"
-        "  --top-k K           sample from the K most likely tokens, 0 = all (default 0)\n"
-        "  --top-p P           then from the most likely ones summing to P, 1 = all (default 1.0)\n"
-        "  --show-ids          also print each completion's token ids\n"
-        "  -h          this help\n", SPIKE_Z_DEFAULT);
-}
-
-static int parse_int_flag(const char* flag, const char* value) {
-    char* end;
-    long long v = strtoll(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || v < INT32_MIN || v > INT32_MAX) { fail("flag %s: '%s' is not an integer", flag, value); }
-    return (int)v;
-}
-
-static float parse_float_flag(const char* flag, const char* value) {
-    char* end;
-    float v = strtof(value, &end);
-    if (*value == '\0' || *end != '\0' || !isfinite(v)) { fail("flag %s: '%s' is not a number", flag, value); }
-    return v;
-}
-
-static int parse_choice_flag(const char* flag, const char* value, const char* const* choices, int count) {
-    for (int i = 0; i < count; i++) {
-        if (strcmp(value, choices[i]) == 0) { return i; }
-    }
-    fail("flag %s: '%s' is not one of the choices (see -h)", flag, value);
-}
-
-static void require(bool ok, const char* flag, const char* what) {
-    if (!ok) { fail("flag %s: %s", flag, what); }
-}
-
-static const char* const TINY_SHAKESPEARE_TRAIN = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
-static const char* const TINY_SHAKESPEARE_VAL = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
-static const char* const GPT2_VOCABULARY = "dev/data/gpt2_encoder.json";
-
-// The flags; world: the number of GPUs (processes) of the run, which -d must divide among.
-static TrainArgs parse_args(int argc, char** argv, int world) {
-    TrainArgs args = {};
-    args.shape = RunShape{4, 1024, 1, -1, 0, SCHEDULE_COSINE, -1, 1, 0, 3e-4f, 0.0f, 0.0f, 0.9f, 0.95f, 1e-8f, 1.0f, 1337,
-                          SPIKE_Z_DEFAULT, SPIKE_WINDOW_DEFAULT};
-    args.model = "d12";
-    args.max_skips = 5;
-    args.debug_nan_step = -1;
-    args.val_every = 20;
-    args.val_batches = 20;
-    args.sample_every = 20;
-    args.gen_tokens = 64;
-    args.gen_new = 256;
-    args.batch_samples = 1;
-    args.sampling = SamplingParams{1.0f, 0, 1.0f, 0, 0};
-    static const char* const attention_kinds[] = {"softmax", "relu"};
-    static const char* const schedules[] = {"cosine", "linear", "constant"};
-    RunShape* r = &args.shape;
-    for (int i = 1; i < argc; i++) {
-        const char* flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
-            print_usage();
-            exit(0);
-        }
-        if (strcmp(flag, "--force") == 0) {
-            args.force = 1;
-            continue;
-        }
-        if (strcmp(flag, "--show-ids") == 0) {
-            args.show_ids = 1;
-            continue;
-        }
-        if (strcmp(flag, "--gpus") == 0 || strcmp(flag, "-ng") == 0) {  // 1: this process (launch_gpus_flag)
-            i++;
-            continue;
-        }
-        if (i + 1 >= argc) { fail("flag %s needs a value (see -h)", flag); }
-        const char* value = argv[++i];
-        if (strcmp(flag, "-i") == 0) { args.train_pattern = value; }
-        else if (strcmp(flag, "-j") == 0) { args.val_pattern = value; }
-        else if (strcmp(flag, "-e") == 0) { args.model = value; }
-        else if (strcmp(flag, "-o") == 0) { args.output_dir = value; }
-        else if (strcmp(flag, "--tokenizer") == 0) { args.tokenizer = value; }
-        else if (strcmp(flag, "--rendezvous-dir") == 0) { args.rendezvous_dir = value; }
-        else if (strcmp(flag, "-A") == 0) { r->attention = parse_choice_flag(flag, value, attention_kinds, 2); }
-        else if (strcmp(flag, "--seed") == 0) { r->seed = (uint64_t)parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-b") == 0) { r->B = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-t") == 0) { r->T = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-d") == 0) { args.total_batch_tokens = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-x") == 0) { r->max_steps = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-l") == 0) { r->lr = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-u") == 0) { r->warmup_steps = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-k") == 0) { r->schedule = parse_choice_flag(flag, value, schedules, 3); }
-        else if (strcmp(flag, "-q") == 0) { r->final_lr_frac = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-c") == 0) { r->weight_decay = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--beta1") == 0) { r->beta1 = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--beta2") == 0) { r->beta2 = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--eps") == 0) { r->eps = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-gc") == 0) { r->grad_clip = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-sg") == 0) { r->spike_z = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--spike-window") == 0) { r->spike_window = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--max-skips") == 0) { args.max_skips = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--debug-nan-step") == 0) { args.debug_nan_step = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-f") == 0) { r->use_tf32 = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-a") == 0) { r->overfit_single_batch = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-v") == 0) { args.val_every = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-m") == 0) { args.val_batches = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-s") == 0) { args.sample_every = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-g") == 0) { args.gen_tokens = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-n") == 0) { args.checkpoint_every = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-nk") == 0) { args.checkpoint_keep = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-y") == 0) { args.resume = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-r") == 0) { args.recompute = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--peak-tflops") == 0) { args.peak_tflops = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--stop-at") == 0) { args.stop_at = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--prompt") == 0) { args.prompt = value; }
-        else if (strcmp(flag, "--prompt-file") == 0) { args.prompt_file = value; }
-        else if (strcmp(flag, "--gen") == 0) { args.gen_new = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--batch-samples") == 0) { args.batch_samples = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--temperature") == 0) { args.sampling.temperature = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--top-k") == 0) { args.sampling.top_k = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--top-p") == 0) { args.sampling.top_p = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--eval") == 0) { args.eval_path = value; }
-        else if (strcmp(flag, "--eval-every") == 0) { args.eval_every = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--eval-report") == 0) { args.eval_report = value; }
-        else { fail("unknown flag %s (see -h)", flag); }
-    }
-    require(r->B > 0, "-b", "batch size must be positive");
-    require(r->T > 0, "-t", "sequence length must be positive");
-    int64_t micro_tokens = (int64_t)r->B * r->T;
-    if (args.total_batch_tokens == 0) { args.total_batch_tokens = micro_tokens * world; }
-    int64_t micro_batches = zero_micro_batches(args.total_batch_tokens, micro_tokens, world);
-    if (micro_batches == 0 || micro_batches > INT32_MAX) {
-        fail("flag -d: total batch %lld tokens is not a positive multiple of B*T*GPUs = %d*%d*%d = %lld",
-             (long long)args.total_batch_tokens, r->B, r->T, world, (long long)(micro_tokens * world));
-    }
-    r->micro_batches = (int)micro_batches;
-    require(r->max_steps == -1 || r->max_steps > 0 || (r->max_steps == 0 && args.eval_path != NULL), "-x",
-            "steps must be positive (0 only with --eval: evaluate without training)");
-    require(r->lr >= 0.0f, "-l", "learning rate must not be negative");
-    require(r->warmup_steps >= 0, "-u", "warmup steps must not be negative");
-    require(r->final_lr_frac >= 0.0f && r->final_lr_frac <= 1.0f, "-q", "final fraction must be in [0, 1]");
-    require(r->weight_decay >= 0.0f, "-c", "weight decay must not be negative");
-    require(r->beta1 >= 0.0f && r->beta1 < 1.0f, "--beta1", "must be in [0, 1)");
-    require(r->beta2 >= 0.0f && r->beta2 < 1.0f, "--beta2", "must be in [0, 1)");
-    require(r->eps > 0.0f, "--eps", "must be positive");
-    require(r->grad_clip >= 0.0f, "-gc", "must not be negative");
-    require(r->spike_z >= 0.0f, "-sg", "must not be negative (0: off)");
-    require(r->spike_window >= 2 && r->spike_window <= kOutlierCapacity, "--spike-window", "must be in [2, 64]");
-    require(args.max_skips >= 1, "--max-skips", "must be at least 1");
-    require(r->use_tf32 == 0 || r->use_tf32 == 1, "-f", "must be 0 or 1");
-    require(r->overfit_single_batch == 0 || r->overfit_single_batch == 1, "-a", "must be 0 or 1");
-    require(args.recompute == 0 || args.recompute == 1, "-r", "must be 0 or 1");
-    require(args.val_every >= 0, "-v", "must not be negative");
-    require(args.val_batches >= 0, "-m", "must not be negative");
-    require(args.sample_every >= 0, "-s", "must not be negative");
-    require(args.gen_tokens >= 0, "-g", "must not be negative");
-    require(args.checkpoint_every >= 0, "-n", "must not be negative");
-    require(args.checkpoint_keep >= 0, "-nk", "must not be negative");
-    require(args.resume == 0 || args.resume == 1, "-y", "must be 0 or 1");
-    require(args.output_dir != NULL || (args.checkpoint_every == 0 && !args.resume), "-o", "-n and -y need an output directory");
-    require(args.peak_tflops >= 0.0f, "--peak-tflops", "must not be negative");
-    require(args.stop_at >= 0, "--stop-at", "must not be negative (0: off)");
-    require(args.prompt == NULL || args.prompt_file == NULL, "--prompt-file", "and --prompt: give one of them");
-    require(args.gen_new >= 1, "--gen", "must be at least 1");
-    require(args.batch_samples >= 1, "--batch-samples", "must be at least 1");
-    require(args.sampling.temperature >= 0.0f && isfinite(args.sampling.temperature), "--temperature",
-            "must be a finite number >= 0");
-    require(args.sampling.top_k >= 0, "--top-k", "must not be negative (0: off)");
-    require(args.sampling.top_p > 0.0f && args.sampling.top_p <= 1.0f, "--top-p", "must be in (0, 1]");
-    require(args.eval_every >= 0, "--eval-every", "must not be negative (0: at the end only)");
-    require(args.eval_path != NULL || (args.eval_every == 0 && args.eval_report == NULL), "--eval",
-            "--eval-every and --eval-report need an --eval file");
-    require(args.eval_report == NULL || world == 1, "--eval-report", "needs one GPU (each GPU scores its own examples)");
-    args.sampling.seed = r->seed;
-    // the bundled files, found from any directory (llmc/paths.h); generating or only evaluating reads no data
-    bool trains = args.prompt == NULL && args.prompt_file == NULL && r->max_steps != 0;
-    if (trains && args.train_pattern.empty()) { args.train_pattern = find_bundled_file(TINY_SHAKESPEARE_TRAIN, NULL, "-i"); }
-    if (trains && args.val_pattern.empty()) { args.val_pattern = find_bundled_file(TINY_SHAKESPEARE_VAL, NULL, "-j"); }
-    args.tokenizer = find_bundled_file(GPT2_VOCABULARY, args.tokenizer.empty() ? NULL : args.tokenizer.c_str(), "--tokenizer");
-    return args;
-}
-
 // TF32 dense tensor-core peaks (vendor datasheets, TFLOP/s), for the MFU estimate.
 static float tf32_peak_tflops(const char* device_name) {
     static const struct { const char* name; float tflops; } known[] = {
@@ -4395,7 +4120,8 @@ static void generate_main(const TrainArgs* args) {
     generator_init(&gen, &model, M, std::min(c->max_seq_len, n + args->gen_new));
 
     double start = wall_seconds();
-    generator_start(&model, &gen, prompt, &args->sampling);
+    SamplingParams sampling = {args->temperature, args->top_k, args->top_p, 0, args->shape.seed};
+    generator_start(&model, &gen, prompt, &sampling);
     cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));
     double prefilled = wall_seconds(), first_step = 0.0;
     std::vector<std::vector<int>> completions(M);
@@ -4647,10 +4373,10 @@ static void run_print_config(const Run* run, int val_B) {
 }
 
 // Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
-static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
+static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *run = Run();
     TrainArgs* args = &run->args;
-    *args = parse_args(argc, argv, me->world);
+    *args = parsed;
     signals_install();
     RunShape* r = &args->shape;
     if (!cuda_setup(r->use_tf32 == 1, me->local_rank)) {
@@ -4871,19 +4597,19 @@ int main(int argc, char** argv) {
              "rebuild with make", std::max(gpus, me.world), gpus > 1 ? "flag --gpus" : me.source);
     }
     int world = std::max({gpus, me.world, 1});
-    TrainArgs args = parse_args(argc, argv, world);  // bad flags fail here, before any process starts
-    if (args.prompt != NULL || args.prompt_file != NULL) {
+    TrainArgs args = args_parse_or_fail(argc, argv, world);  // bad flags fail here, before any process starts
+    if (args_generates(&args)) {
         if (world > 1) { fail("flag --prompt: generation runs on one GPU (no --gpus, no launcher)"); }
         generate_main(&args);
         return 0;
     }
     if (gpus > 1) { return launch_local(gpus, argc, argv); }
-    if (args.shape.max_steps == 0) {  // --eval only (parse_args allows -x 0 only with it)
+    if (args.shape.max_steps == 0) {  // --eval only (args_parse allows -x 0 only with it)
         evaluate_main(&args, &me);
         return 0;
     }
     Run run;
-    run_init(&run, &me, argc, argv);
+    run_init(&run, &me, args);
     int max_steps = run.args.shape.max_steps, stop_at = run.args.stop_at;
     for (int step = run.start_step; step <= max_steps; step++) {
         bool last_step = step == max_steps || (stop_at > 0 && step == stop_at) || run.stop_requested;
