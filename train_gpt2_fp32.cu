@@ -25,12 +25,16 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 #include <vector>
 
 #include "llmc/args.h"           // defines: TrainArgs, the flags (defaults, usage, checks), parsed once
+#include "llmc/checkpoint_dir.h" // defines: the checkpoint folder (file names, latest, pruning, resume order)
 #include "llmc/checksum.h"       // defines: crc32c_update (checkpoint checksums)
 #include "llmc/comm.cuh"       // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
 #include "llmc/eval.h"           // defines: EvalSet, EvalBatch (HellaSwag-style multiple choice), scoring
+#include "llmc/fingerprint.h"    // defines: fnv1a (weights checksum), run_fingerprint (same on every rank)
 #include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out
 #include "llmc/launch.h"         // defines: LaunchInfo, launchers' variables, --gpus, rendezvous
+#include "llmc/logger.h"         // defines: main.log, one writer per kind of line
+#include "llmc/mfu.h"            // defines: tf32_peak_tflops, the known GPUs' peaks for MFU
 #include "llmc/model_file.h"     // defines: the model file (header, tensor order), read and written
 #include "llmc/outlier.h"        // defines: OutlierWindow, the spike guard's z-score of the gradient norm
 #include "llmc/paths.h"          // defines: find_bundled_file (the vocabulary from any directory)
@@ -3617,9 +3621,7 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
 static uint64_t gpt2_weights_checksum(const GPT2* model) {
     std::vector<uint32_t> bits(model->num_parameters);
     cudaCheck(cudaMemcpy(bits.data(), model->params_memory, bits.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
-    uint64_t hash = 0xcbf29ce484222325ull;
-    for (uint32_t word : bits) { hash = (hash ^ word) * 0x100000001b3ull; }
-    return hash;
+    return fnv1a(kFnv1aOffset, bits.data(), bits.size());
 }
 
 // The step's statistics (loss, norm, the update's decision): queued into copy slot 0 or 1 without
@@ -3865,25 +3867,9 @@ static double wall_seconds() {
 }
 
 #ifndef TESTING
-// TF32 dense tensor-core peaks (vendor datasheets, TFLOP/s), for the MFU estimate.
-static float tf32_peak_tflops(const char* device_name) {
-    static const struct { const char* name; float tflops; } known[] = {
-        {"H100 PCIe", 378.0f}, {"H100", 494.7f}, {"H200", 494.7f}, {"GH200", 494.7f},
-        {"A100", 156.0f}, {"L40S", 183.0f}, {"RTX 4090", 82.6f}, {"A10", 62.5f}};
-    for (const auto& gpu : known) {
-        if (strstr(device_name, gpu.name) != NULL) { return gpu.tflops; }
-    }
-    return 0.0f;
-}
-
 // ----------------------------------------------------------------------------------------------
-// Checkpoints: DIR/model_%08d.bin (the classic model format), DIR/state_%08d.bin (the run state,
-// llmc/state_file.h), DIR/latest (the step of the newest pair, as text). All written atomically by
+// Checkpoints: the folder's files and rules are llmc/checkpoint_dir.h's; all written atomically by
 // rank 0.
-
-static void checkpoint_path(char* out, size_t size, const char* dir, const char* kind, int step) {
-    snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);
-}
 
 // Every rank calls it (the owners' moments are gathered on rank 0, through the gradients' memory,
 // free between steps); rank 0 writes.
@@ -3897,9 +3883,7 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
     comm_gather_slices(&g_comm, model->m_memory, P, state.m.data(), model->grads_memory, buffer_floats);
     comm_gather_slices(&g_comm, model->v_memory, P, state.v.data(), model->grads_memory, buffer_floats);
     if (g_comm.rank != 0) { return; }
-    char path[4096];
-    checkpoint_path(path, sizeof(path), dir, "model", step);
-    gpt2_write_model(model, path);
+    gpt2_write_model(model, checkpoint_path(dir, "model", step).c_str());
 
     StepStats stats;
     cudaCheck(cudaMemcpy(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost));
@@ -3908,41 +3892,8 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
     state.shape = *shape;
     state.loader = dataloader_state(loader);
     state.recent_norms = stats.recent_norms;
-    checkpoint_path(path, sizeof(path), dir, "state", step);
-    state_file_write(path, &state);
-
-    // `latest` names a step only once both of its files are complete
-    snprintf(path, sizeof(path), "%s/latest", dir);
-    char latest[32];
-    int length = snprintf(latest, sizeof(latest), "%d\n", step);
-    AtomicFile out;
-    open_atomic(&out, path);
-    atomic_write_or_fail(&out, latest, 1, length);
-    commit_atomic(&out);
-}
-
-// Deletes all but the newest `keep` checkpoints in dir.
-static void prune_checkpoints(const char* dir, int keep) {
-    char pattern[4096];
-    snprintf(pattern, sizeof(pattern), "%s/model_*.bin", dir);
-    std::vector<std::string> models = dl_glob_sorted(pattern);
-    for (size_t i = 0; i + keep < models.size(); i++) {
-        std::string state = models[i];
-        state.replace(state.rfind("model_"), 6, "state_");
-        remove(models[i].c_str());
-        remove(state.c_str());
-    }
-}
-
-static int read_latest_step(const char* dir) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/latest", dir);
-    if (!file_exists(path)) { fail("flag -y: %s has no checkpoint to resume from (no %s)", dir, path); }
-    FILE* file = fopen_or_fail(path, "r");
-    int step = -1;
-    if (fscanf(file, "%d", &step) != 1 || step < 0) { fail("%s: does not hold a step number", path); }
-    fclose(file);
-    return step;
+    state_file_write(checkpoint_path(dir, "state", step).c_str(), &state);
+    checkpoint_write_latest(dir, step);
 }
 
 // A checkpoint read back to resume from: the model and this rank's slice of the run state.
@@ -3955,24 +3906,17 @@ struct Checkpoint {
 // Reads the newest checkpoint, at or before `latest`, whose model and state files are intact, each
 // file once; each damaged one is named on the way. Fails if none is intact.
 static void find_intact_checkpoint(const char* dir, Checkpoint* checkpoint) {
-    int latest = read_latest_step(dir);
-    char pattern[4096];
-    snprintf(pattern, sizeof(pattern), "%s/model_*.bin", dir);
-    std::vector<std::string> models = dl_glob_sorted(pattern);
     std::string newest_problem;
-    for (auto it = models.rbegin(); it != models.rend(); ++it) {
-        int step = -1;
-        if (sscanf(it->c_str() + it->rfind("model_"), "model_%d.bin", &step) != 1 || step > latest) { continue; }
+    for (int step : checkpoint_resume_order(dir, checkpoint_read_latest(dir))) {
         ModelShape shape;
-        char state_path[4096];
-        checkpoint_path(state_path, sizeof(state_path), dir, "state", step);
-        std::string problem;
-        if (model_file_load(it->c_str(), &shape, &checkpoint->params, &problem)) {
+        std::string model_path = checkpoint_path(dir, "model", step), problem;
+        if (model_file_load(model_path.c_str(), &shape, &checkpoint->params, &problem)) {
             size_t P = checkpoint->params.size();
             ZeroShard shard = zero_shard(P, g_comm.rank, g_comm.world);
-            if (state_file_load(state_path, step, P, shard.begin, shard.end, &checkpoint->state, &problem)) {
+            std::string state_path = checkpoint_path(dir, "state", step);
+            if (state_file_load(state_path.c_str(), step, P, shard.begin, shard.end, &checkpoint->state, &problem)) {
                 checkpoint->config = config_from_shape(&shape);
-                validate_config(&checkpoint->config, it->c_str());
+                validate_config(&checkpoint->config, model_path.c_str());
                 return;
             }
         }
@@ -3992,8 +3936,8 @@ static void find_intact_checkpoint(const char* dir, Checkpoint* checkpoint) {
 // loader: Adam's step, the spike guard's window and this rank's slice of the AdamW moments.
 static void load_run_state(const char* dir, const RunState* state, GPT2* model, const RunShape* current,
                            DataLoader* loader) {
-    char path[4096];
-    checkpoint_path(path, sizeof(path), dir, "state", state->step);
+    std::string state_path = checkpoint_path(dir, "state", state->step);
+    const char* path = state_path.c_str();  // REQUIRE_SAME's
     RunShape saved = state->shape;
     REQUIRE_SAME(B, "-b") REQUIRE_SAME(T, "-t") REQUIRE_SAME(micro_batches, "-d") REQUIRE_SAME(max_steps, "-x")
     REQUIRE_SAME(warmup_steps, "-u") REQUIRE_SAME(schedule, "-k") REQUIRE_SAME(use_tf32, "-f")
@@ -4042,13 +3986,11 @@ static FILE* open_run_log(const TrainArgs* args) {
     if (mkdir(args->output_dir, 0755) != 0 && errno != EEXIST) {
         fail("flag -o: cannot create directory %s: %s", args->output_dir, strerror(errno));
     }
-    char log_path[4096], latest_path[4096];
-    snprintf(log_path, sizeof(log_path), "%s/main.log", args->output_dir);
-    snprintf(latest_path, sizeof(latest_path), "%s/latest", args->output_dir);
-    if (!args->resume && !args->force && (file_exists(log_path) || file_exists(latest_path))) {
+    std::string log_path = std::string(args->output_dir) + "/main.log";
+    if (!args->resume && !args->force && (file_exists(log_path.c_str()) || checkpoint_ever_completed(args->output_dir))) {
         fail("flag -o: %s already holds a run; resume it with -y 1, or pass --force to start over", args->output_dir);
     }
-    return fopen_or_fail(log_path, args->resume ? "a" : "w");
+    return fopen_or_fail(log_path.c_str(), args->resume ? "a" : "w");
 }
 
 // Each rank evaluates `batches` of its share of the validation data; the loss is the mean over
@@ -4218,10 +4160,7 @@ static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, con
     EvalResult result = eval_result(*set, losses);
     printf0("eval: accuracy %.4f (%d/%d) at step %d in %.2f s\n", result.accuracy(), result.correct, result.evaluated,
             step, wall_seconds() - start);
-    if (log != NULL) {
-        fprintf(log, "s:%d eval:%.4f\n", step, result.accuracy());
-        fflush(log);
-    }
+    log_eval(log, step, result.accuracy());
     if (args->eval_report != NULL && g_comm.rank == 0) { eval_write_report(args->eval_report, *set, losses, result); }
 }
 
@@ -4246,26 +4185,6 @@ static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
     tokenizer_free(&tokenizer);
     gpt2_free(&model);
     comm_free(&g_comm);
-}
-
-// FNV-1a of what must be the same on every rank: the flags that shape the run, the model's
-// shape, the data set (shard paths and sizes) and the step it starts from.
-static uint64_t run_fingerprint(const RunShape* shape, const GPT2Config* config, const DataLoader* train,
-                                const DataLoader* val, int start_step) {
-    uint64_t hash = 0xcbf29ce484222325ull;
-    auto mix = [&](const void* data, size_t size) {
-        for (size_t i = 0; i < size; i++) { hash = (hash ^ ((const unsigned char*)data)[i]) * 0x100000001b3ull; }
-    };
-    mix(shape, sizeof(*shape));
-    mix(config, sizeof(*config));
-    for (const DataLoader* loader : {train, val}) {
-        for (size_t i = 0; i < loader->shard_paths.size(); i++) {
-            mix(loader->shard_paths[i].c_str(), loader->shard_paths[i].size() + 1);
-            mix(&loader->shard_tokens[i], sizeof(loader->shard_tokens[i]));
-        }
-    }
-    mix(&start_step, sizeof(start_step));
-    return hash;
 }
 
 static void print_row(const char* name, const char* fmt, ...) {
@@ -4412,7 +4331,8 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
         r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&run->train_loader));
     }
     tokenizer_init(&run->tokenizer, args->tokenizer.c_str());
-    comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
+    ModelShape model_shape = shape_from_config(c);
+    comm_check_same(&g_comm, run_fingerprint(r, &model_shape, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
 
     run->log = open_run_log(args);
@@ -4420,7 +4340,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
         load_run_state(args->output_dir, &resume.state, model, r, &run->train_loader);
         run->start_step = resume_step;
         printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, resume_step, world, world > 1 ? "s" : "");
-        if (run->log) { fprintf(run->log, "# resumed at step %d on %d GPUs\n", resume_step, world); }
+        log_resumed(run->log, resume_step, world);
     }
     model->recompute_residual2 = args->recompute;
     gpt2_allocate_activations(model, r->B, r->T);
@@ -4485,10 +4405,7 @@ static void run_guard(Run* run, int step, const StepStats* stats) {
         snprintf(why, sizeof(why), "non-finite %s", isfinite(stats->loss) ? "norm" : "loss");
     }
     printf0("s:%d skipped: %s\n", step, why);
-    if (run->log) {
-        fprintf(run->log, "s:%d skipped: %s\n", step, why);
-        fflush(run->log);
-    }
+    log_skipped(run->log, step, why);
     if (++run->skips_in_a_row >= run->args.max_skips) {
         fail("step %d: %d updates in a row skipped, the last for a %s: the run diverged (lower -l, or resume from "
              "an earlier checkpoint)", step + 1, run->skips_in_a_row, why);
@@ -4517,11 +4434,8 @@ static void run_report(Run* run) {
     float lr = learning_rate(r, step);
     printf0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.2f ms | %.0f tok/s | MFU %.1f%% | ETA %.1f min\n",
             step + 1, r->max_steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, mfu, eta_minutes);
-    if (run->log) {
-        fprintf(run->log, "s:%d trl:%.6f lr:%.6e norm:%.6f ms:%.3f tok/s:%.0f mfu:%.2f\n", step, loss, lr, grad_norm,
-                seconds * 1e3, tokens / seconds, mfu);
-        fflush(run->log);
-    }
+    log_step(run->log, {.step = step, .loss = loss, .lr = lr, .grad_norm = grad_norm, .ms = seconds * 1e3,
+                        .tokens_per_second = tokens / seconds, .mfu_percent = mfu});
     run_guard(run, step, stats);
 }
 
@@ -4538,16 +4452,13 @@ static void run_periodic(Run* run, int step, bool last_step) {
     if (checkpoint_due || val_due || sample_due || last_step) { run_report(run); }
     if (checkpoint_due) {
         write_checkpoint(args->output_dir, step, model, &args->shape, &run->train_loader);
-        if (args->checkpoint_keep > 0 && g_comm.rank == 0) { prune_checkpoints(args->output_dir, args->checkpoint_keep); }
+        if (args->checkpoint_keep > 0 && g_comm.rank == 0) { checkpoint_prune(args->output_dir, args->checkpoint_keep); }
         if (g_comm.rank == 0) { remove_stale_temp_files(args->output_dir); }
     }
     if (val_due) {
         float val_loss = validation_loss(model, &run->val_loader, run->val_batches);
         printf0("step %d: val loss %.6f\n", step, val_loss);
-        if (run->log) {
-            fprintf(run->log, "s:%d tel:%.6f\n", step, val_loss);
-            fflush(run->log);
-        }
+        log_val_loss(run->log, step, val_loss);
     }
     bool eval_due = args->eval_path != NULL && (last_step || (args->eval_every > 0 && step % args->eval_every == 0 && step > 0));
     if (eval_due) { evaluate(model, args, &run->eval_set, run->eval_batches, step, run->log); }
