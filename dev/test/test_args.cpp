@@ -1,7 +1,6 @@
 // CPU tests of llmc/args.h, the trainer's command line: every default, every flag read into its
 // field, every check's error message (the texts users see), -h, and the usage text naming every
 // flag. Run from the repository root (the bundled files are found from there).
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -9,7 +8,7 @@
 #include "llmc/args.h"
 
 // Parses `flags` (after the program's name) for a run on `world` GPUs; the error, "" if none.
-static std::string parse(std::initializer_list<const char*> flags, TrainArgs* a, int world = 1) {
+static std::string parse(const std::vector<const char*>& flags, TrainArgs* a, int world = 1) {
     std::vector<char*> argv = {(char*)"train_gpt2_fp32"};
     for (const char* flag : flags) { argv.push_back((char*)flag); }
     std::string error;
@@ -18,11 +17,22 @@ static std::string parse(std::initializer_list<const char*> flags, TrainArgs* a,
     return error;
 }
 
-static bool refused(std::initializer_list<const char*> flags, const std::string& expected, int world = 1) {
+static bool refused(const std::vector<const char*>& flags, const std::string& expected, int world = 1) {
     TrainArgs a;
     std::string error = parse(flags, &a, world);
     if (error != expected) { fprintf(stderr, "  expected \"%s\", got \"%s\"\n", expected.c_str(), error.c_str()); }
     return error == expected;
+}
+
+// A command line (on `world` GPUs) and the error it must give.
+struct Refusal {
+    std::vector<const char*> flags;
+    const char* error;
+    int world = 1;
+};
+
+static void check_refusals(const std::vector<Refusal>& refusals) {
+    for (const Refusal& r : refusals) { CHECK(refused(r.flags, r.error, r.world)); }
 }
 
 TEST(defaults) {
@@ -99,82 +109,93 @@ TEST(help_stops_parsing) {
 }
 
 TEST(value_errors) {
-    CHECK(refused({"-b"}, "flag -b needs a value (see -h)"));
-    CHECK(refused({"--nonsense"}, "flag --nonsense needs a value (see -h)"));
-    CHECK(refused({"--nonsense", "1"}, "unknown flag --nonsense (see -h)"));
-    CHECK(refused({"-t", "12x"}, "flag -t: '12x' is not an integer"));
-    CHECK(refused({"-x", ""}, "flag -x: '' is not an integer"));
-    CHECK(refused({"-x", "3000000000"}, "flag -x: '3000000000' is not an integer"));
-    CHECK(refused({"--seed", "1.5"}, "flag --seed: '1.5' is not an integer"));
-    CHECK(refused({"-l", "fast"}, "flag -l: 'fast' is not a number"));
-    CHECK(refused({"-l", "inf"}, "flag -l: 'inf' is not a number"));
-    CHECK(refused({"-A", "linear"}, "flag -A: 'linear' is not one of the choices (see -h)"));
-    CHECK(refused({"-k", "step"}, "flag -k: 'step' is not one of the choices (see -h)"));
+    check_refusals({
+        {{"-b"}, "flag -b needs a value (see -h)"},
+        {{"--nonsense"}, "flag --nonsense needs a value (see -h)"},
+        {{"--nonsense", "1"}, "unknown flag --nonsense (see -h)"},
+        {{"-t", "12x"}, "flag -t: '12x' is not an integer"},
+        {{"-x", ""}, "flag -x: '' is not an integer"},
+        {{"-x", "3000000000"}, "flag -x: '3000000000' is not an integer"},
+        {{"--seed", "1.5"}, "flag --seed: '1.5' is not an integer"},
+        {{"-l", "fast"}, "flag -l: 'fast' is not a number"},
+        {{"-l", "inf"}, "flag -l: 'inf' is not a number"},
+        {{"-A", "linear"}, "flag -A: 'linear' is not one of the choices (see -h)"},
+        {{"-k", "step"}, "flag -k: 'step' is not one of the choices (see -h)"},
+    });
 }
 
 TEST(batch_errors) {
-    CHECK(refused({"-b", "0"}, "flag -b: batch size must be positive"));
-    CHECK(refused({"-t", "-1"}, "flag -t: sequence length must be positive"));
-    CHECK(refused({"-b", "2", "-t", "8", "-d", "24"},
-                  "flag -d: total batch 24 tokens is not a positive multiple of B*T*GPUs = 2*8*1 = 16"));
-    CHECK(refused({"-b", "2", "-t", "8", "-d", "16"},
-                  "flag -d: total batch 16 tokens is not a positive multiple of B*T*GPUs = 2*8*2 = 32", 2));
-    CHECK(refused({"-d", "-4096"}, "flag -d: total batch -4096 tokens is not a positive multiple of B*T*GPUs = 4*1024*1 = 4096"));
+    check_refusals({
+        {{"-b", "0"}, "flag -b: batch size must be positive"},
+        {{"-t", "-1"}, "flag -t: sequence length must be positive"},
+        {{"-b", "2", "-t", "8", "-d", "24"},
+         "flag -d: total batch 24 tokens is not a positive multiple of B*T*GPUs = 2*8*1 = 16"},
+        {{"-b", "2", "-t", "8", "-d", "16"},
+         "flag -d: total batch 16 tokens is not a positive multiple of B*T*GPUs = 2*8*2 = 32", 2},
+        {{"-d", "-4096"}, "flag -d: total batch -4096 tokens is not a positive multiple of B*T*GPUs = 4*1024*1 = 4096"},
+    });
 }
 
 TEST(optimizer_errors) {
-    CHECK(refused({"-x", "0"}, "flag -x: steps must be positive (0 only with --eval: evaluate without training)"));
-    CHECK(refused({"-x", "-2"}, "flag -x: steps must be positive (0 only with --eval: evaluate without training)"));
-    CHECK(refused({"-l", "-1"}, "flag -l: learning rate must not be negative"));
-    CHECK(refused({"-u", "-1"}, "flag -u: warmup steps must not be negative"));
-    CHECK(refused({"-q", "1.5"}, "flag -q: final fraction must be in [0, 1]"));
-    CHECK(refused({"-c", "-0.1"}, "flag -c: weight decay must not be negative"));
-    CHECK(refused({"--beta1", "1"}, "flag --beta1: must be in [0, 1)"));
-    CHECK(refused({"--beta2", "-0.5"}, "flag --beta2: must be in [0, 1)"));
-    CHECK(refused({"--eps", "0"}, "flag --eps: must be positive"));
-    CHECK(refused({"-gc", "-1"}, "flag -gc: must not be negative"));
-    CHECK(refused({"-sg", "-1"}, "flag -sg: must not be negative (0: off)"));
-    CHECK(refused({"--spike-window", "1"}, "flag --spike-window: must be in [2, 64]"));
-    CHECK(refused({"--spike-window", "65"}, "flag --spike-window: must be in [2, 64]"));
-    CHECK(refused({"--max-skips", "0"}, "flag --max-skips: must be at least 1"));
-    CHECK(refused({"-f", "2"}, "flag -f: must be 0 or 1"));
-    CHECK(refused({"-a", "-1"}, "flag -a: must be 0 or 1"));
-    CHECK(refused({"-r", "2"}, "flag -r: must be 0 or 1"));
+    check_refusals({
+        {{"-x", "0"}, "flag -x: steps must be positive (0 only with --eval: evaluate without training)"},
+        {{"-x", "-2"}, "flag -x: steps must be positive (0 only with --eval: evaluate without training)"},
+        {{"-l", "-1"}, "flag -l: learning rate must not be negative"},
+        {{"-u", "-1"}, "flag -u: warmup steps must not be negative"},
+        {{"-q", "1.5"}, "flag -q: final fraction must be in [0, 1]"},
+        {{"-c", "-0.1"}, "flag -c: weight decay must not be negative"},
+        {{"--beta1", "1"}, "flag --beta1: must be in [0, 1)"},
+        {{"--beta2", "-0.5"}, "flag --beta2: must be in [0, 1)"},
+        {{"--eps", "0"}, "flag --eps: must be positive"},
+        {{"-gc", "-1"}, "flag -gc: must not be negative"},
+        {{"-sg", "-1"}, "flag -sg: must not be negative (0: off)"},
+        {{"--spike-window", "1"}, "flag --spike-window: must be in [2, 64]"},
+        {{"--spike-window", "65"}, "flag --spike-window: must be in [2, 64]"},
+        {{"--max-skips", "0"}, "flag --max-skips: must be at least 1"},
+        {{"-f", "2"}, "flag -f: must be 0 or 1"},
+        {{"-a", "-1"}, "flag -a: must be 0 or 1"},
+        {{"-r", "2"}, "flag -r: must be 0 or 1"},
+    });
 }
 
 TEST(output_errors) {
-    CHECK(refused({"-v", "-1"}, "flag -v: must not be negative"));
-    CHECK(refused({"-m", "-1"}, "flag -m: must not be negative"));
-    CHECK(refused({"-s", "-1"}, "flag -s: must not be negative"));
-    CHECK(refused({"-g", "-1"}, "flag -g: must not be negative"));
-    CHECK(refused({"-n", "-1"}, "flag -n: must not be negative"));
-    CHECK(refused({"-nk", "-1"}, "flag -nk: must not be negative"));
-    CHECK(refused({"-y", "2"}, "flag -y: must be 0 or 1"));
-    CHECK(refused({"-n", "5"}, "flag -o: -n and -y need an output directory"));
-    CHECK(refused({"-y", "1"}, "flag -o: -n and -y need an output directory"));
-    CHECK(refused({"--peak-tflops", "-1"}, "flag --peak-tflops: must not be negative"));
-    CHECK(refused({"--stop-at", "-1"}, "flag --stop-at: must not be negative (0: off)"));
+    check_refusals({
+        {{"-v", "-1"}, "flag -v: must not be negative"},
+        {{"-m", "-1"}, "flag -m: must not be negative"},
+        {{"-s", "-1"}, "flag -s: must not be negative"},
+        {{"-g", "-1"}, "flag -g: must not be negative"},
+        {{"-n", "-1"}, "flag -n: must not be negative"},
+        {{"-nk", "-1"}, "flag -nk: must not be negative"},
+        {{"-y", "2"}, "flag -y: must be 0 or 1"},
+        {{"-n", "5"}, "flag -o: -n and -y need an output directory"},
+        {{"-y", "1"}, "flag -o: -n and -y need an output directory"},
+        {{"--peak-tflops", "-1"}, "flag --peak-tflops: must not be negative"},
+        {{"--stop-at", "-1"}, "flag --stop-at: must not be negative (0: off)"},
+    });
 }
 
 TEST(generation_and_evaluation_errors) {
-    CHECK(refused({"--prompt", "a", "--prompt-file", "p"}, "flag --prompt-file: and --prompt: give one of them"));
-    CHECK(refused({"--gen", "0"}, "flag --gen: must be at least 1"));
-    CHECK(refused({"--batch-samples", "0"}, "flag --batch-samples: must be at least 1"));
-    CHECK(refused({"--temperature", "-1"}, "flag --temperature: must be a finite number >= 0"));
-    CHECK(refused({"--top-k", "-1"}, "flag --top-k: must not be negative (0: off)"));
-    CHECK(refused({"--top-p", "0"}, "flag --top-p: must be in (0, 1]"));
-    CHECK(refused({"--top-p", "1.1"}, "flag --top-p: must be in (0, 1]"));
-    CHECK(refused({"--eval", "h", "--eval-every", "-1"}, "flag --eval-every: must not be negative (0: at the end only)"));
-    CHECK(refused({"--eval-every", "5"}, "flag --eval: --eval-every and --eval-report need an --eval file"));
-    CHECK(refused({"--eval-report", "r"}, "flag --eval: --eval-every and --eval-report need an --eval file"));
-    CHECK(refused({"--eval", "h", "--eval-report", "r"}, "flag --eval-report: needs one GPU (each GPU scores its own examples)",
-                  2));
+    check_refusals({
+        {{"--prompt", "a", "--prompt-file", "p"}, "flag --prompt-file: and --prompt: give one of them"},
+        {{"--gen", "0"}, "flag --gen: must be at least 1"},
+        {{"--batch-samples", "0"}, "flag --batch-samples: must be at least 1"},
+        {{"--temperature", "-1"}, "flag --temperature: must be a finite number >= 0"},
+        {{"--top-k", "-1"}, "flag --top-k: must not be negative (0: off)"},
+        {{"--top-p", "0"}, "flag --top-p: must be in (0, 1]"},
+        {{"--top-p", "1.1"}, "flag --top-p: must be in (0, 1]"},
+        {{"--eval", "h", "--eval-every", "-1"}, "flag --eval-every: must not be negative (0: at the end only)"},
+        {{"--eval-every", "5"}, "flag --eval: --eval-every and --eval-report need an --eval file"},
+        {{"--eval-report", "r"}, "flag --eval: --eval-every and --eval-report need an --eval file"},
+        {{"--eval", "h", "--eval-report", "r"}, "flag --eval-report: needs one GPU (each GPU scores its own examples)", 2},
+    });
 }
 
 // The first failing check is the one reported, in the order of the usage text.
 TEST(first_error_wins) {
-    CHECK(refused({"-c", "-1", "-b", "0"}, "flag -b: batch size must be positive"));
-    CHECK(refused({"-v", "-1", "-l", "-1"}, "flag -l: learning rate must not be negative"));
+    check_refusals({
+        {{"-c", "-1", "-b", "0"}, "flag -b: batch size must be positive"},
+        {{"-v", "-1", "-l", "-1"}, "flag -l: learning rate must not be negative"},
+    });
 }
 
 TEST(bundled_files_found_for_training_only) {
