@@ -4291,6 +4291,19 @@ static void run_print_config(const Run* run, int val_B) {
     printf0("%s", rule);
 }
 
+// -y 1's checkpoint, read into *checkpoint: its step, or -1 to start from scratch when no checkpoint
+// in -o DIR was ever complete (a job killed before its first and requeued with the same command).
+// Checkpoints that exist but are all damaged stop the run (find_intact_checkpoint).
+static int find_resume_step(const TrainArgs* args, Checkpoint* checkpoint) {
+    if (!args->resume) { return -1; }
+    if (!checkpoint_ever_completed(args->output_dir)) {
+        printf0("-y 1: no checkpoint in %s was ever completed: starting from scratch\n", args->output_dir);
+        return -1;
+    }
+    find_intact_checkpoint(args->output_dir, checkpoint);
+    return checkpoint->state.step;
+}
+
 // Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
 static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *run = Run();
@@ -4307,10 +4320,9 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
         if (removed > 0) { printf0("removed %d temporary files of killed writers from %s\n", removed, args->output_dir); }
     }
     Checkpoint resume;  // read once, when resuming
-    if (args->resume) { find_intact_checkpoint(args->output_dir, &resume); }
-    int resume_step = args->resume ? resume.state.step : -1;
+    int resume_step = find_resume_step(args, &resume);
     GPT2* model = &run->model;
-    build_model(model, args, args->resume ? &resume : NULL);
+    build_model(model, args, resume_step >= 0 ? &resume : NULL);
     gpt2_reset_step_stats(model, r->spike_window);
     const GPT2Config* c = &model->config;
     r->attention = c->attention;
@@ -4341,6 +4353,8 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
         run->start_step = resume_step;
         printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, resume_step, world, world > 1 ? "s" : "");
         log_resumed(run->log, resume_step, world);
+    } else if (args->resume) {
+        log_restarted(run->log);
     }
     model->recompute_residual2 = args->recompute;
     gpt2_allocate_activations(model, r->B, r->T);

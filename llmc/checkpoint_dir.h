@@ -2,7 +2,7 @@
 // (the run state, llmc/state_file.h) of each step checkpointed, and DIR/latest, the step of the
 // newest pair as text, written only once both of its files are complete. A resume tries the pairs at
 // or before `latest`, newest first; pruning keeps the newest K. A folder whose `latest` was never
-// written holds no checkpoint (a run killed before its first completed).
+// written holds no checkpoint (a run killed before its first completed): -y 1 starts from scratch.
 #pragma once
 
 #include <stdio.h>
@@ -33,7 +33,7 @@ static inline void checkpoint_write_latest(const std::string& dir, int step) {
     commit_atomic(&out);
 }
 
-// Whether a checkpoint in dir was ever complete.
+// Whether a checkpoint in dir was ever complete: -y 1 resumes from one, else starts from scratch.
 static inline bool checkpoint_ever_completed(const std::string& dir) {
     return file_exists(checkpoint_latest_path(dir).c_str());
 }

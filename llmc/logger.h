@@ -5,8 +5,8 @@
 //   s:STEP tel:LOSS                                              a validation loss
 //   s:STEP eval:ACCURACY                                         a multiple-choice evaluation
 //   s:STEP skipped: WHY                                          an update the guards skipped
-//   # ...                                                        a comment: a resume
-// A step logged again after a resume supersedes its earlier line.
+//   # ...                                                        a comment: a resume, a restart
+// A step logged again after a resume or a restart supersedes its earlier line.
 #pragma once
 
 #include <stdarg.h>
@@ -44,3 +44,7 @@ static inline void log_skipped(FILE* log, int step, const char* why) { log_line(
 static inline void log_resumed(FILE* log, int step, int gpus) {
     log_line(log, "# resumed at step %d on %d GPUs\n", step, gpus);
 }
+
+// -y 1 in a folder with no checkpoint yet (a run stopped before its first): the steps logged
+// before this line are superseded by those after it.
+static inline void log_restarted(FILE* log) { log_line(log, "# no checkpoint to resume from: started from scratch\n"); }

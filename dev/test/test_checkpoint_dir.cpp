@@ -1,6 +1,8 @@
 // CPU tests of llmc/checkpoint_dir.h in temporary folders: the file names, `latest` written and read
 // back (and refused when it holds no step), the steps found (other files ignored), the order a
-// resume tries them (newest at or before `latest` first), pruning to the newest K.
+// resume tries them (newest at or before `latest` first), pruning to the newest K, and -y 1's
+// rule: a folder whose `latest` was never written (a run killed before its first checkpoint was
+// complete, leaving a model file, or nothing) starts from scratch; one with `latest` resumes.
 #include <string>
 #include <vector>
 
@@ -70,6 +72,30 @@ TEST(prune_keeps_the_newest) {
     CHECK(!file_exists(checkpoint_path(dir, "state", 6).c_str()) && file_exists(checkpoint_path(dir, "state", 9).c_str()));
     checkpoint_prune(dir, 5);
     CHECK(checkpoint_steps(dir) == std::vector<int>({9, 12}));
+    remove_dir(dir);
+}
+
+// -y 1's rule. Killed (kill -9) before its first checkpoint was complete, a run leaves a model file
+// without its state file, temporary files and main.log, but no `latest`: start from scratch.
+TEST(killed_before_the_first_checkpoint_starts_from_scratch) {
+    std::string dir = make_temp_dir("test_checkpoint_dir");
+    CHECK(!checkpoint_ever_completed(dir));
+    CHECK(!checkpoint_ever_completed(dir + "/never_created"));
+    write_file(checkpoint_path(dir, "model", 5), "complete model file");
+    write_file(checkpoint_path(dir, "state", 5) + ".tmp.host.123", "partial state file");
+    write_file(dir + "/main.log", "s:0 trl:10.9\n");
+    CHECK(!checkpoint_ever_completed(dir));
+    remove_dir(dir);
+}
+
+// Once `latest` was written, -y 1 resumes, even where every checkpoint is now damaged or gone: the
+// resume then stops with its error rather than starting over.
+TEST(a_completed_checkpoint_is_resumed_even_if_damaged) {
+    std::string dir = folder_with({3});
+    checkpoint_write_latest(dir, 3);
+    CHECK(checkpoint_ever_completed(dir));
+    remove(checkpoint_path(dir, "model", 3).c_str());
+    CHECK(checkpoint_ever_completed(dir) && checkpoint_resume_order(dir, 3).empty());
     remove_dir(dir);
 }
 

@@ -35,6 +35,7 @@ TEST(val_eval_and_skip_lines) {
 
 TEST(comment_lines) {
     CHECK(logged([](FILE* log) { log_resumed(log, 250, 2); }) == "# resumed at step 250 on 2 GPUs\n");
+    CHECK(logged([](FILE* log) { log_restarted(log); }) == "# no checkpoint to resume from: started from scratch\n");
 }
 
 TEST(lines_in_order) {
@@ -51,6 +52,7 @@ TEST(no_log_writes_nothing) {
     log_eval(nullptr, 1, 1.0);
     log_skipped(nullptr, 1, "x");
     log_resumed(nullptr, 1, 1);
+    log_restarted(nullptr);
     CHECK(true);  // reaching here: no write through a null FILE*
 }
 
