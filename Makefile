@@ -47,7 +47,7 @@ CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_la
              build/test_safetensors build/test_hf build/test_guards build/test_eval build/test_state_file \
              build/test_debug_state build/test_step_idle build/test_args \
              build/test_mfu build/test_logger build/test_checkpoint_dir build/test_fingerprint \
-             build/test_outputs
+             build/test_outputs build/test_prompt
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer
 
 # CUPTI (the CUDA toolkit's profiling library) for the kernel tracer, dev/profile/kernel_trace.cpp;
@@ -121,6 +121,7 @@ test: all $(TRAIN_DATA)
 	build/test_checkpoint_dir
 	build/test_fingerprint
 	build/test_outputs
+	build/test_prompt
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin

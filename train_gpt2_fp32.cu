@@ -38,6 +38,7 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 #include "llmc/model_file.h"     // defines: the model file (header, tensor order), read and written
 #include "llmc/outlier.h"        // defines: OutlierWindow, the spike guard's z-score of the gradient norm
 #include "llmc/paths.h"          // defines: find_bundled_file (the vocabulary from any directory)
+#include "llmc/prompt.h"         // defines: encode_prompt (--prompt, --prompt-file as token ids)
 #include "llmc/run_shape.h"      // defines: RunShape (the flags that shape a run's numbers), learning_rate
 #include "llmc/signals.h"        // defines: signals_install, signals_pending, EXIT_PREEMPTED
 #include "llmc/state_file.h"     // defines: RunState, the run-state file of a checkpoint, read and written
@@ -4023,27 +4024,6 @@ static void print_sample(GPT2* model, Generator* gen, const Tokenizer* tokenizer
     printf("\n");
 }
 
-// The prompt's token ids (an empty prompt: <|endoftext|>), each checked against the model's vocabulary.
-static std::vector<int> encode_prompt(const TrainArgs* args, const Tokenizer* tokenizer, int vocab_size) {
-    std::string text = args->prompt != NULL ? args->prompt : "";
-    if (args->prompt_file != NULL) {
-        FILE* f = fopen_or_fail(args->prompt_file, "rb");
-        text.resize(std::max<int64_t>(file_size(args->prompt_file), 0));
-        fread_or_fail(&text[0], 1, text.size(), f, args->prompt_file);
-        fclose(f);
-    }
-    std::vector<uint32_t> ids;
-    tokenizer_encode(tokenizer, text.data(), text.size(), &ids);
-    if (ids.empty()) { ids.push_back(tokenizer->eot_token); }
-    const char* flag = args->prompt != NULL ? "--prompt" : "--prompt-file";
-    for (uint32_t id : ids) {
-        if (id >= (uint32_t)vocab_size) {
-            fail("flag %s: token %u of the prompt is outside the model's vocabulary of %d", flag, id, vocab_size);
-        }
-    }
-    return std::vector<int>(ids.begin(), ids.end());
-}
-
 // --prompt: prints the completions, the first as it is generated, and the speed.
 static void generate_main(const TrainArgs* args) {
     if (!cuda_setup(args->shape.use_tf32 == 1)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
@@ -4052,7 +4032,7 @@ static void generate_main(const TrainArgs* args) {
     const GPT2Config* c = &model.config;
     Tokenizer tokenizer;
     tokenizer_init(&tokenizer, args->tokenizer.c_str());
-    std::vector<int> prompt = encode_prompt(args, &tokenizer, c->vocab_size);
+    std::vector<int> prompt = encode_prompt(args->prompt, args->prompt_file, &tokenizer, c->vocab_size);
     int n = (int)prompt.size(), M = args->batch_samples, eot = (int)tokenizer.eot_token;
     if (n >= c->max_seq_len) {
         fail("flag --prompt: %d tokens leave no room to generate within the model's maxT of %d", n, c->max_seq_len);
