@@ -108,8 +108,10 @@ TEST(help_stops_parsing) {
     CHECK(refused({"-b", "x", "-h"}, "flag -b: 'x' is not an integer"));
 }
 
-TEST(value_errors) {
+// Every check's message, as users see it.
+TEST(error_messages) {
     check_refusals({
+        // values that are not what the flag takes
         {{"-b"}, "flag -b needs a value (see -h)"},
         {{"--nonsense"}, "flag --nonsense needs a value (see -h)"},
         {{"--nonsense", "1"}, "unknown flag --nonsense (see -h)"},
@@ -121,11 +123,7 @@ TEST(value_errors) {
         {{"-l", "inf"}, "flag -l: 'inf' is not a number"},
         {{"-A", "linear"}, "flag -A: 'linear' is not one of the choices (see -h)"},
         {{"-k", "step"}, "flag -k: 'step' is not one of the choices (see -h)"},
-    });
-}
-
-TEST(batch_errors) {
-    check_refusals({
+        // the batch
         {{"-b", "0"}, "flag -b: batch size must be positive"},
         {{"-t", "-1"}, "flag -t: sequence length must be positive"},
         {{"-b", "2", "-t", "8", "-d", "24"},
@@ -133,11 +131,7 @@ TEST(batch_errors) {
         {{"-b", "2", "-t", "8", "-d", "16"},
          "flag -d: total batch 16 tokens is not a positive multiple of B*T*GPUs = 2*8*2 = 32", 2},
         {{"-d", "-4096"}, "flag -d: total batch -4096 tokens is not a positive multiple of B*T*GPUs = 4*1024*1 = 4096"},
-    });
-}
-
-TEST(optimizer_errors) {
-    check_refusals({
+        // the optimizer and the guards
         {{"-x", "0"}, "flag -x: steps must be positive (0 only with --eval: evaluate without training)"},
         {{"-x", "-2"}, "flag -x: steps must be positive (0 only with --eval: evaluate without training)"},
         {{"-l", "-1"}, "flag -l: learning rate must not be negative"},
@@ -155,11 +149,7 @@ TEST(optimizer_errors) {
         {{"-f", "2"}, "flag -f: must be 0 or 1"},
         {{"-a", "-1"}, "flag -a: must be 0 or 1"},
         {{"-r", "2"}, "flag -r: must be 0 or 1"},
-    });
-}
-
-TEST(output_errors) {
-    check_refusals({
+        // output and checkpoints
         {{"-v", "-1"}, "flag -v: must not be negative"},
         {{"-m", "-1"}, "flag -m: must not be negative"},
         {{"-s", "-1"}, "flag -s: must not be negative"},
@@ -171,11 +161,7 @@ TEST(output_errors) {
         {{"-y", "1"}, "flag -o: -n and -y need an output directory"},
         {{"--peak-tflops", "-1"}, "flag --peak-tflops: must not be negative"},
         {{"--stop-at", "-1"}, "flag --stop-at: must not be negative (0: off)"},
-    });
-}
-
-TEST(generation_and_evaluation_errors) {
-    check_refusals({
+        // generation and evaluation
         {{"--prompt", "a", "--prompt-file", "p"}, "flag --prompt-file: and --prompt: give one of them"},
         {{"--gen", "0"}, "flag --gen: must be at least 1"},
         {{"--batch-samples", "0"}, "flag --batch-samples: must be at least 1"},
