@@ -4284,6 +4284,42 @@ static int find_resume_step(const TrainArgs* args, Checkpoint* checkpoint) {
     return checkpoint->state.step;
 }
 
+// This rank's training and validation data (the model built); returns the validation batch size.
+static int run_init_data(Run* run) {
+    RunShape* r = &run->args.shape;
+    const TrainArgs* args = &run->args;
+    int world = g_comm.world, vocab_size = run->model.config.vocab_size;
+    run->micro_steps = r->micro_batches / world;
+    dataloader_init(&run->train_loader, args->train_pattern.c_str(), r->B, r->T, g_comm.rank, world, run->micro_steps, false,
+                    r->seed, vocab_size);
+    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern.c_str(), r->T, world));
+    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than %d x (T+1) tokens", args->val_pattern.c_str(), world); }
+    dataloader_init(&run->val_loader, args->val_pattern.c_str(), val_B, r->T, g_comm.rank, world, 1, false, r->seed,
+                    vocab_size);
+    int val_per_epoch = (int)dataloader_batches_per_epoch(&run->val_loader);
+    run->val_batches = args->val_batches == 0 ? val_per_epoch
+                                              : std::min(std::max(1, args->val_batches / world), val_per_epoch);
+    if (r->max_steps < 0) {
+        r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&run->train_loader));
+    }
+    return val_B;
+}
+
+// Restores the checkpoint resumed from (nullptr: none), saying so in the console and main.log; a
+// -y 1 run that found none logs its start from scratch.
+static void run_restore(Run* run, const Checkpoint* resume) {
+    const TrainArgs* args = &run->args;
+    if (resume == nullptr) {
+        if (args->resume) { log_restarted(run->log); }
+        return;
+    }
+    int step = resume->state.step, world = g_comm.world;
+    load_run_state(args->output_dir, &resume->state, &run->model, &args->shape, &run->train_loader);
+    run->start_step = step;
+    printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, step, world, world > 1 ? "s" : "");
+    log_resumed(run->log, step, world);
+}
+
 // Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
 static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *run = Run();
@@ -4308,34 +4344,13 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     r->attention = c->attention;
     if (r->T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, c->max_seq_len); }
 
-    int world = g_comm.world;
-    run->micro_steps = r->micro_batches / world;
-    dataloader_init(&run->train_loader, args->train_pattern.c_str(), r->B, r->T, g_comm.rank, world, run->micro_steps, false,
-                    r->seed, c->vocab_size);
-    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern.c_str(), r->T, world));
-    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than %d x (T+1) tokens", args->val_pattern.c_str(), world); }
-    dataloader_init(&run->val_loader, args->val_pattern.c_str(), val_B, r->T, g_comm.rank, world, 1, false, r->seed,
-                    c->vocab_size);
-    int val_per_epoch = (int)dataloader_batches_per_epoch(&run->val_loader);
-    run->val_batches = args->val_batches == 0 ? val_per_epoch
-                                              : std::min(std::max(1, args->val_batches / world), val_per_epoch);
-    if (r->max_steps < 0) {
-        r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&run->train_loader));
-    }
+    int val_B = run_init_data(run);
     tokenizer_init(&run->tokenizer, args->tokenizer.c_str());
     ModelShape model_shape = shape_from_config(c);
     comm_check_same(&g_comm, run_fingerprint(r, &model_shape, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
-
     run->log = open_run_log(args);
-    if (resume_step >= 0) {
-        load_run_state(args->output_dir, &resume.state, model, r, &run->train_loader);
-        run->start_step = resume_step;
-        printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, resume_step, world, world > 1 ? "s" : "");
-        log_resumed(run->log, resume_step, world);
-    } else if (args->resume) {
-        log_restarted(run->log);
-    }
+    run_restore(run, resume_step >= 0 ? &resume : NULL);
     model->recompute_residual2 = args->recompute;
     gpt2_allocate_activations(model, r->B, r->T);
     bool samples = args->sample_every > 0 && args->gen_tokens > 0 && g_comm.rank == 0;
