@@ -3980,20 +3980,6 @@ static void build_model(GPT2* model, const TrainArgs* args, Checkpoint* resume) 
     }
 }
 
-// Opens DIR/main.log on rank 0: a new run refuses a DIR that holds another run (unless --force),
-// a resumed run appends to it. NULL on other ranks or without -o.
-static FILE* open_run_log(const TrainArgs* args) {
-    if (args->output_dir == NULL || g_comm.rank != 0) { return NULL; }
-    if (mkdir(args->output_dir, 0755) != 0 && errno != EEXIST) {
-        fail("flag -o: cannot create directory %s: %s", args->output_dir, strerror(errno));
-    }
-    std::string log_path = std::string(args->output_dir) + "/main.log";
-    if (!args->resume && !args->force && (file_exists(log_path.c_str()) || checkpoint_ever_completed(args->output_dir))) {
-        fail("flag -o: %s already holds a run; resume it with -y 1, or pass --force to start over", args->output_dir);
-    }
-    return fopen_or_fail(log_path.c_str(), args->resume ? "a" : "w");
-}
-
 // Each rank evaluates `batches` of its share of the validation data; the loss is the mean over
 // all ranks' batches, the shares summed in rank order.
 static float validation_loss(GPT2* model, DataLoader* loader, int batches) {
@@ -4349,7 +4335,8 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     ModelShape model_shape = shape_from_config(c);
     comm_check_same(&g_comm, run_fingerprint(r, &model_shape, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
-    run->log = open_run_log(args);
+    bool logs = args->output_dir != nullptr && g_comm.rank == 0;
+    run->log = logs ? log_open(args->output_dir, args->resume, args->force) : nullptr;
     run_restore(run, resume_step >= 0 ? &resume : NULL);
     model->recompute_residual2 = args->recompute;
     gpt2_allocate_activations(model, r->B, r->T);

@@ -1,6 +1,6 @@
-// main.log, the run's record for plots (scripts/plot.py): one writer per kind of line, each
-// flushed as written so that a killed run keeps what it logged. The writers take the log or
-// nullptr (other ranks, or no -o) and then write nothing.
+// main.log, the run's record for plots (scripts/plot.py): log_open's rule for which folder may
+// hold it, then one writer per kind of line, each flushed as written so that a killed run keeps
+// what it logged. The writers take the log or nullptr (other ranks, or no -o) and then write nothing.
 //   s:STEP trl:LOSS lr:LR norm:NORM ms:MS tok/s:TOKS mfu:PERCENT   a training step
 //   s:STEP tel:LOSS                                              a validation loss
 //   s:STEP eval:ACCURACY                                         a multiple-choice evaluation
@@ -9,8 +9,30 @@
 // A step logged again after a resume or a restart supersedes its earlier line.
 #pragma once
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <string>
+
+#include "llmc/checkpoint_dir.h"
+#include "llmc/utils.h"
+
+// Opens DIR/main.log (creating DIR): a new run refuses a DIR that holds another run (a main.log or
+// a completed checkpoint) unless `force`, and starts the log afresh; a -y 1 run (`resume`) appends,
+// whether it resumes or starts from scratch where no checkpoint was completed.
+static inline FILE* log_open(const std::string& dir, bool resume, bool force) {
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+        fail("flag -o: cannot create directory %s: %s", dir.c_str(), strerror(errno));
+    }
+    std::string path = dir + "/main.log";
+    if (!resume && !force && (file_exists(path.c_str()) || checkpoint_ever_completed(dir))) {
+        fail("flag -o: %s already holds a run; resume it with -y 1, or pass --force to start over", dir.c_str());
+    }
+    return fopen_or_fail(path.c_str(), resume ? "a" : "w");
+}
 
 // Writes one line to log (nothing if log is nullptr) and flushes it.
 __attribute__((format(printf, 2, 3))) static inline void log_line(FILE* log, const char* fmt, ...) {

@@ -56,4 +56,30 @@ TEST(no_log_writes_nothing) {
     CHECK(true);  // reaching here: no write through a null FILE*
 }
 
+TEST(open_refuses_a_folder_holding_a_run) {
+    std::string dir = make_temp_dir("test_logger");
+    fclose(log_open(dir + "/run", false, false));  // a new folder
+    std::string expected = "flag -o: " + dir + "/run already holds a run; resume it with -y 1, or pass --force to start over";
+    CHECK(expect_exit_failure([&] { log_open(dir + "/run", false, false); }, expected.c_str()));
+    std::filesystem::create_directory(dir + "/checkpoints_only");
+    write_file(dir + "/checkpoints_only/latest", "");
+    CHECK(expect_exit_failure([&] { log_open(dir + "/checkpoints_only", false, false); }, "checkpoints_only already holds a run"));
+    CHECK(expect_exit_failure([&] { log_open(dir + "/missing/run", false, false); },
+                              ("flag -o: cannot create directory " + dir + "/missing/run: No such file or directory").c_str()));
+    remove_dir(dir);
+}
+
+// -y 1 appends (after a resume, or a start from scratch); --force starts the log afresh.
+TEST(open_appends_when_resuming) {
+    std::string dir = make_temp_dir("test_logger");
+    write_file(dir + "/main.log", "s:0 trl:10.900000\n");
+    FILE* log = log_open(dir, true, false);
+    log_restarted(log);
+    fclose(log);
+    CHECK(read_file(dir + "/main.log") == "s:0 trl:10.900000\n# no checkpoint to resume from: started from scratch\n");
+    fclose(log_open(dir, false, true));
+    CHECK(read_file(dir + "/main.log").empty());
+    remove_dir(dir);
+}
+
 TEST_MAIN()
