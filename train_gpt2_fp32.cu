@@ -4324,7 +4324,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     Checkpoint resume;  // read once, when resuming
     int resume_step = find_resume_step(args, &resume);
     GPT2* model = &run->model;
-    build_model(model, args, resume_step >= 0 ? &resume : NULL);
+    build_model(model, args, resume_step >= 0 ? &resume : nullptr);
     gpt2_reset_step_stats(model, r->spike_window);
     const GPT2Config* c = &model->config;
     r->attention = c->attention;
@@ -4337,7 +4337,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
                     "the flags, model or data");
     bool logs = args->output_dir != nullptr && g_comm.rank == 0;
     run->log = logs ? log_open(args->output_dir, args->resume, args->force) : nullptr;
-    run_restore(run, resume_step >= 0 ? &resume : NULL);
+    run_restore(run, resume_step >= 0 ? &resume : nullptr);
     model->recompute_residual2 = args->recompute;
     gpt2_allocate_activations(model, r->B, r->T);
     bool samples = args->sample_every > 0 && args->gen_tokens > 0 && g_comm.rank == 0;

@@ -53,7 +53,7 @@ static void export_model(const char* model_path, const char* dir, const ConvertA
     tokenizer_init(&tok, vocab.c_str());
     bool gpt2_vocab = (int)tok.vocab_size == shape.vocab_size;  // else the model has its own vocabulary
     outputs_allowed_or_fail(hf_written_files(dir, gpt2_vocab), {model_path, vocab}, args.force);
-    gpt2_to_hf(dir, &shape, params.data(), gpt2_vocab ? &tok : NULL);
+    gpt2_to_hf(dir, &shape, params.data(), gpt2_vocab ? &tok : nullptr);
     tokenizer_free(&tok);
     printf("wrote %s (config.json, model.safetensors%s) from %s\n", dir,
            gpt2_vocab ? ", vocab.json, merges.txt" : "; no tokenizer: the model's vocabulary is not GPT-2's", model_path);
