@@ -45,7 +45,9 @@ VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
 LLMC_HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
 CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_launch build/test_zero build/test_json \
              build/test_safetensors build/test_hf build/test_guards build/test_eval build/test_state_file \
-             build/test_debug_state build/test_step_idle
+             build/test_debug_state build/test_step_idle build/test_args \
+             build/test_mfu build/test_logger build/test_checkpoint_dir build/test_fingerprint \
+             build/test_outputs build/test_prompt
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer
 
 # CUPTI (the CUDA toolkit's profiling library) for the kernel tracer, dev/profile/kernel_trace.cpp;
@@ -84,7 +86,7 @@ build/libkernel_trace.so: dev/profile/kernel_trace.cpp dev/profile/step_idle.h
 	$(CXX) $(CXXFLAGS) -shared -fPIC -I$(CUPTI_DIR)/include $< -o $@ -L$(dir $(CUPTI_LIB)) -Xlinker -rpath=$(dir $(CUPTI_LIB)) -lcupti
 
 # test_paths runs the binaries from other directories.
-build/test_paths: | prepare_data train_gpt2_fp32 test_gpt2_fp32
+build/test_paths: | prepare_data train_gpt2_fp32 test_gpt2_fp32 hf_convert
 
 $(TRAIN_DATA) $(VAL_DATA): prepare_data dev/data/tiny_shakespeare.txt dev/data/gpt2_encoder.json
 	./prepare_data tinyshakespeare --force
@@ -113,6 +115,13 @@ test: all $(TRAIN_DATA)
 	build/test_state_file
 	build/test_debug_state
 	build/test_step_idle
+	build/test_args
+	build/test_mfu
+	build/test_logger
+	build/test_checkpoint_dir
+	build/test_fingerprint
+	build/test_outputs
+	build/test_prompt
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
@@ -157,7 +166,7 @@ test-124m: test_gpt2_fp32 $(VAL_DATA)
 # if any target found a crash, a leak or a slow input.
 FUZZ_SECONDS ?= 30
 SANITIZE := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
-ASAN_TESTS := safetensors json hf tokenizer guards eval state_file debug_state
+ASAN_TESTS := safetensors json hf tokenizer guards eval state_file debug_state args checkpoint_dir outputs
 FUZZ_TARGETS := safetensors model_file shard tokenizer eval state_file debug_state
 # The longest input each target tries: room for its format's header and a few records (a
 # tokenizer needs all 256 bytes); dictionaries for the text formats; no single allocation over

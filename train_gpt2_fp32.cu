@@ -24,15 +24,21 @@ Every offset into a tensor is size_t: the activations together pass 2^31 floats 
 #include <map>
 #include <vector>
 
+#include "llmc/args.h"           // defines: TrainArgs, the flags (defaults, usage, checks), parsed once
+#include "llmc/checkpoint_dir.h" // defines: the checkpoint folder (file names, latest, pruning, resume order)
 #include "llmc/checksum.h"       // defines: crc32c_update (checkpoint checksums)
 #include "llmc/comm.cuh"       // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
 #include "llmc/eval.h"           // defines: EvalSet, EvalBatch (HellaSwag-style multiple choice), scoring
+#include "llmc/fingerprint.h"    // defines: fnv1a (weights checksum), run_fingerprint (same on every rank)
 #include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out
 #include "llmc/launch.h"         // defines: LaunchInfo, launchers' variables, --gpus, rendezvous
+#include "llmc/logger.h"         // defines: main.log, one writer per kind of line
+#include "llmc/mfu.h"            // defines: tf32_peak_tflops, the known GPUs' peaks for MFU
 #include "llmc/model_file.h"     // defines: the model file (header, tensor order), read and written
 #include "llmc/outlier.h"        // defines: OutlierWindow, the spike guard's z-score of the gradient norm
 #include "llmc/paths.h"          // defines: find_bundled_file (the vocabulary from any directory)
+#include "llmc/prompt.h"         // defines: encode_prompt (--prompt, --prompt-file as token ids)
 #include "llmc/run_shape.h"      // defines: RunShape (the flags that shape a run's numbers), learning_rate
 #include "llmc/signals.h"        // defines: signals_install, signals_pending, EXIT_PREEMPTED
 #include "llmc/state_file.h"     // defines: RunState, the run-state file of a checkpoint, read and written
@@ -3120,12 +3126,6 @@ static void gpt2_allocate_comm(GPT2* model) {
     cudaCheck(cudaEventCreateWithFlags(&model->comm_joined, cudaEventDisableTiming));
 }
 
-static const int SPIKE_WINDOW_DEFAULT = 64;
-// Measured on a healthy run (make train's: GPT-2 124M, tiny Shakespeare, 300 steps): with W = 64
-// the largest z of the gradient norm was 2.96, so 6 leaves twice that margin, while a real loss
-// spike multiplies the norm many times over (z far above 6).
-static const float SPIKE_Z_DEFAULT = 6.0f;
-
 // The step statistics start with no update applied and an empty spike window of `window` norms.
 static void gpt2_reset_step_stats(GPT2* model, int window) {
     StepStats initial = {};
@@ -3135,7 +3135,7 @@ static void gpt2_reset_step_stats(GPT2* model, int window) {
 
 static void gpt2_allocate_step_stats(GPT2* model) {
     model->stats = (StepStats*)device_malloc(sizeof(StepStats), "step statistics");
-    gpt2_reset_step_stats(model, SPIKE_WINDOW_DEFAULT);
+    gpt2_reset_step_stats(model, kSpikeWindowDefault);
     cudaCheck(cudaMallocHost(&model->stats_copies, 2 * sizeof(StepStats)));
     cudaCheck(cudaMallocHost(&model->stop_request, sizeof(float)));
     *model->stop_request = 0.0f;
@@ -3729,9 +3729,7 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
 static uint64_t gpt2_weights_checksum(const GPT2* model) {
     std::vector<uint32_t> bits(model->num_parameters);
     cudaCheck(cudaMemcpy(bits.data(), model->params_memory, bits.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
-    uint64_t hash = 0xcbf29ce484222325ull;
-    for (uint32_t word : bits) { hash = (hash ^ word) * 0x100000001b3ull; }
-    return hash;
+    return fnv1a(kFnv1aOffset, bits.data(), bits.size());
 }
 
 // The step's statistics (loss, norm, the update's decision): queued into copy slot 0 or 1 without
@@ -3983,293 +3981,8 @@ static double wall_seconds() {
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------------
-// Run configuration
-
-typedef struct {
-    RunShape shape;
-    std::string train_pattern, val_pattern;  // -i, -j (default: the bundled tiny Shakespeare)
-    const char* model;       // -e: model file, Hugging Face model, or d12|d24|d36|d48
-    const char* output_dir;  // -o: main.log and checkpoints
-    std::string tokenizer;   // --tokenizer (default: the bundled vocabulary)
-    const char* rendezvous_dir;  // --rendezvous-dir: meet through files there, not TCP
-    int64_t total_batch_tokens;  // -d; 0: B*T, no accumulation
-    int val_every, val_batches, sample_every, gen_tokens;
-    int checkpoint_every, checkpoint_keep, resume, force;
-    int stop_at;        // --stop-at: exit at this step after checkpointing (0: run to the end)
-    int max_skips;      // --max-skips: consecutive skipped updates that end the run
-    int recompute;      // -r: 1 = the backward pass recomputes each layer's residual2 (less memory)
-    int debug_nan_step;  // --debug-nan-step: a test hook, NaN gradients at this step (-1: off)
-    float peak_tflops;  // 0: from the table of known GPUs
-    // generation: --prompt or --prompt-file prints completions and exits
-    const char* prompt;       // the text, or NULL
-    const char* prompt_file;  // or the file holding it
-    int gen_new, batch_samples, show_ids;  // --gen, --batch-samples, --show-ids
-    SamplingParams sampling;  // --temperature, --top-k, --top-p; --seed
-    // evaluation: HellaSwag-style multiple choice (llmc/eval.h)
-    const char* eval_path;    // --eval FILE, or NULL
-    int eval_every;           // --eval-every N: also every N steps (0: at the end only)
-    const char* eval_report;  // --eval-report FILE: each example's choice and losses, of the last evaluation
-} TrainArgs;
-
-static void print_usage() {
-    printf(
-        "usage: train_gpt2_fp32 [flags]\n"
-        "data and model\n"
-        "  -i PATTERN  training shards (default dev/data/tinyshakespeare/tiny_shakespeare_train.bin)\n"
-        "  -j PATTERN  validation shards (default dev/data/tinyshakespeare/tiny_shakespeare_val.bin)\n"
-        "  -e MODEL    model file, Hugging Face GPT-2 directory (config.json + model.safetensors),\n"
-        "              or d12|d24|d36|d48 to start from scratch (default d12)\n"
-        "  -A KIND     attention: softmax or relu (default softmax, or the checkpoint's)\n"
-        "  --seed N    seed for initialisation and sampling (default 1337)\n"
-        "batch and optimisation\n"
-        "  -b B        micro-batch size per GPU (default 4)\n"
-        "  -t T        sequence length, 1..maxT (default 1024)\n"
-        "  -d TOKENS   total batch in tokens over all GPUs, a multiple of B*T*GPUs: gradient accumulation\n"
-        "              (default B*T*GPUs)\n"
-        "  -x STEPS    optimizer steps (default: one epoch of the training data)\n"
-        "  -l LR       peak learning rate (default 3e-4)\n"
-        "  -u STEPS    linear warmup steps (default 0)\n"
-        "  -k KIND     decay after warmup: cosine, linear or constant (default cosine)\n"
-        "  -q FRAC     final learning rate as a fraction of -l (default 0.0)\n"
-        "  -c WD       AdamW weight decay on the 2-D tensors (default 0.0)\n"
-        "  --beta1 B1 --beta2 B2 --eps EPS   AdamW (default 0.9, 0.95, 1e-8)\n"
-        "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
-        "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
-        "  -a 0|1      overfit a single batch (default 0)\n"
-        "  -r 0|1      1 = recompute each layer's attention residual in the backward pass: L*B*T*C floats\n"
-        "              less memory (2.5 GB for d48 at B=8) for one C x C product per layer, 2-3%% slower,\n"
-        "              bit-identical results (default 0)\n"
-        "guards (a skipped update changes no weight, moment or Adam step count)\n"
-        "  -sg Z       skip an update whose gradient norm is more than Z standard deviations above the\n"
-        "              mean of the last W norms, 0 = off (default %g)\n"
-        "  --spike-window W    W for -sg, 2..64 (default 64)\n"
-        "  --max-skips K       stop the run after K consecutive skipped updates (default 5); an update\n"
-        "              with a non-finite loss or gradient norm is always skipped\n"
-        "several GPUs (one process each; NCCL)\n"
-        "  --gpus N, -ng N       start N processes on this node's first N GPUs (no launcher needed)\n"
-        "  --rendezvous-dir DIR  meet through files in DIR (a shared filesystem) instead of TCP at\n"
-        "                        MASTER_ADDR:MASTER_PORT; ranks come from torchrun-style RANK/WORLD_SIZE,\n"
-        "                        mpirun's OMPI_COMM_WORLD_* or srun's SLURM_* variables\n"
-        "evaluation, output, checkpoints\n"
-        "  -v N        validation loss every N steps, 0 = never (default 20)\n"
-        "  -m N        validation batches over all GPUs, 0 = the whole split (default 20)\n"
-        "  -s N        sample every N steps, 0 = never (default 20)\n"
-        "  -g N        tokens to generate per sample (default 64)\n"
-        "  -o DIR      write DIR/main.log and checkpoints (refuses a DIR holding a run without --force or -y 1)\n"
-        "  -n N        checkpoint every N steps, 0 = only at the end (default 0; needs -o)\n"
-        "  -nk K       keep the last K checkpoints, 0 = all (default 0)\n"
-        "  -y 0|1      resume from the latest checkpoint in -o DIR, on any number of GPUs (default 0)\n"
-        "  --force     start a new run in an -o DIR that holds another run\n"
-        "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
-        "  --tokenizer FILE     vocabulary for prompts and samples (default: the bundled dev/data/gpt2_encoder.json)\n"
-        "  --peak-tflops F      TF32 peak of one GPU for MFU (default: a table of known GPUs)\n"
-        "multiple-choice evaluation (HellaSwag's .jsonl: ctx, 4 endings, label; scored by the mean loss of\n"
-        "each ending's tokens, the lowest wins)\n"
-        "  --eval FILE         evaluate at the end of training, or without training with -x 0\n"
-        "  --eval-every N      also every N steps (default 0: at the end only)\n"
-        "  --eval-report FILE  write each example's choice and four losses\n"
-        "generation (prints completions of a prompt with the -e model and exits; no data files needed)\n"
-        "  --prompt TEXT       the prompt (\"\" starts from <|endoftext|>)\n"
-        "  --prompt-file FILE  the prompt from a file\n"
-        "  --gen N             new tokens per completion, up to the model's maxT (default 256)\n"
-        "  --batch-samples M   completions, generated together (default 1)\n"
-        "  --temperature T     0 = greedy (default 1.0)\n"
-        "  --top-k K           sample from the K most likely tokens, 0 = all (default 0)\n"
-        "  --top-p P           then from the most likely ones summing to P, 1 = all (default 1.0)\n"
-        "  --show-ids          also print each completion's token ids\n"
-        "  -h          this help\n", SPIKE_Z_DEFAULT);
-}
-
-static int parse_int_flag(const char* flag, const char* value) {
-    char* end;
-    long long v = strtoll(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || v < INT32_MIN || v > INT32_MAX) { fail("flag %s: '%s' is not an integer", flag, value); }
-    return (int)v;
-}
-
-static float parse_float_flag(const char* flag, const char* value) {
-    char* end;
-    float v = strtof(value, &end);
-    if (*value == '\0' || *end != '\0' || !isfinite(v)) { fail("flag %s: '%s' is not a number", flag, value); }
-    return v;
-}
-
-static int parse_choice_flag(const char* flag, const char* value, const char* const* choices, int count) {
-    for (int i = 0; i < count; i++) {
-        if (strcmp(value, choices[i]) == 0) { return i; }
-    }
-    fail("flag %s: '%s' is not one of the choices (see -h)", flag, value);
-}
-
-static void require(bool ok, const char* flag, const char* what) {
-    if (!ok) { fail("flag %s: %s", flag, what); }
-}
-
-static const char* const TINY_SHAKESPEARE_TRAIN = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
-static const char* const TINY_SHAKESPEARE_VAL = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
-static const char* const GPT2_VOCABULARY = "dev/data/gpt2_encoder.json";
-
-// The flags; world: the number of GPUs (processes) of the run, which -d must divide among.
-static TrainArgs parse_args(int argc, char** argv, int world) {
-    TrainArgs args = {};
-    args.shape = RunShape{4, 1024, 1, -1, 0, SCHEDULE_COSINE, -1, 1, 0, 3e-4f, 0.0f, 0.0f, 0.9f, 0.95f, 1e-8f, 1.0f, 1337,
-                          SPIKE_Z_DEFAULT, SPIKE_WINDOW_DEFAULT};
-    args.model = "d12";
-    args.max_skips = 5;
-    args.debug_nan_step = -1;
-    args.val_every = 20;
-    args.val_batches = 20;
-    args.sample_every = 20;
-    args.gen_tokens = 64;
-    args.gen_new = 256;
-    args.batch_samples = 1;
-    args.sampling = SamplingParams{1.0f, 0, 1.0f, 0, 0};
-    static const char* const attention_kinds[] = {"softmax", "relu"};
-    static const char* const schedules[] = {"cosine", "linear", "constant"};
-    RunShape* r = &args.shape;
-    for (int i = 1; i < argc; i++) {
-        const char* flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
-            print_usage();
-            exit(0);
-        }
-        if (strcmp(flag, "--force") == 0) {
-            args.force = 1;
-            continue;
-        }
-        if (strcmp(flag, "--show-ids") == 0) {
-            args.show_ids = 1;
-            continue;
-        }
-        if (strcmp(flag, "--gpus") == 0 || strcmp(flag, "-ng") == 0) {  // 1: this process (launch_gpus_flag)
-            i++;
-            continue;
-        }
-        if (i + 1 >= argc) { fail("flag %s needs a value (see -h)", flag); }
-        const char* value = argv[++i];
-        if (strcmp(flag, "-i") == 0) { args.train_pattern = value; }
-        else if (strcmp(flag, "-j") == 0) { args.val_pattern = value; }
-        else if (strcmp(flag, "-e") == 0) { args.model = value; }
-        else if (strcmp(flag, "-o") == 0) { args.output_dir = value; }
-        else if (strcmp(flag, "--tokenizer") == 0) { args.tokenizer = value; }
-        else if (strcmp(flag, "--rendezvous-dir") == 0) { args.rendezvous_dir = value; }
-        else if (strcmp(flag, "-A") == 0) { r->attention = parse_choice_flag(flag, value, attention_kinds, 2); }
-        else if (strcmp(flag, "--seed") == 0) { r->seed = (uint64_t)parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-b") == 0) { r->B = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-t") == 0) { r->T = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-d") == 0) { args.total_batch_tokens = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-x") == 0) { r->max_steps = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-l") == 0) { r->lr = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-u") == 0) { r->warmup_steps = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-k") == 0) { r->schedule = parse_choice_flag(flag, value, schedules, 3); }
-        else if (strcmp(flag, "-q") == 0) { r->final_lr_frac = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-c") == 0) { r->weight_decay = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--beta1") == 0) { r->beta1 = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--beta2") == 0) { r->beta2 = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--eps") == 0) { r->eps = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-gc") == 0) { r->grad_clip = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "-sg") == 0) { r->spike_z = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--spike-window") == 0) { r->spike_window = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--max-skips") == 0) { args.max_skips = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--debug-nan-step") == 0) { args.debug_nan_step = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-f") == 0) { r->use_tf32 = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-a") == 0) { r->overfit_single_batch = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-v") == 0) { args.val_every = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-m") == 0) { args.val_batches = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-s") == 0) { args.sample_every = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-g") == 0) { args.gen_tokens = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-n") == 0) { args.checkpoint_every = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-nk") == 0) { args.checkpoint_keep = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-y") == 0) { args.resume = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "-r") == 0) { args.recompute = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--peak-tflops") == 0) { args.peak_tflops = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--stop-at") == 0) { args.stop_at = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--prompt") == 0) { args.prompt = value; }
-        else if (strcmp(flag, "--prompt-file") == 0) { args.prompt_file = value; }
-        else if (strcmp(flag, "--gen") == 0) { args.gen_new = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--batch-samples") == 0) { args.batch_samples = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--temperature") == 0) { args.sampling.temperature = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--top-k") == 0) { args.sampling.top_k = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--top-p") == 0) { args.sampling.top_p = parse_float_flag(flag, value); }
-        else if (strcmp(flag, "--eval") == 0) { args.eval_path = value; }
-        else if (strcmp(flag, "--eval-every") == 0) { args.eval_every = parse_int_flag(flag, value); }
-        else if (strcmp(flag, "--eval-report") == 0) { args.eval_report = value; }
-        else { fail("unknown flag %s (see -h)", flag); }
-    }
-    require(r->B > 0, "-b", "batch size must be positive");
-    require(r->T > 0, "-t", "sequence length must be positive");
-    int64_t micro_tokens = (int64_t)r->B * r->T;
-    if (args.total_batch_tokens == 0) { args.total_batch_tokens = micro_tokens * world; }
-    int64_t micro_batches = zero_micro_batches(args.total_batch_tokens, micro_tokens, world);
-    if (micro_batches == 0 || micro_batches > INT32_MAX) {
-        fail("flag -d: total batch %lld tokens is not a positive multiple of B*T*GPUs = %d*%d*%d = %lld",
-             (long long)args.total_batch_tokens, r->B, r->T, world, (long long)(micro_tokens * world));
-    }
-    r->micro_batches = (int)micro_batches;
-    require(r->max_steps == -1 || r->max_steps > 0 || (r->max_steps == 0 && args.eval_path != NULL), "-x",
-            "steps must be positive (0 only with --eval: evaluate without training)");
-    require(r->lr >= 0.0f, "-l", "learning rate must not be negative");
-    require(r->warmup_steps >= 0, "-u", "warmup steps must not be negative");
-    require(r->final_lr_frac >= 0.0f && r->final_lr_frac <= 1.0f, "-q", "final fraction must be in [0, 1]");
-    require(r->weight_decay >= 0.0f, "-c", "weight decay must not be negative");
-    require(r->beta1 >= 0.0f && r->beta1 < 1.0f, "--beta1", "must be in [0, 1)");
-    require(r->beta2 >= 0.0f && r->beta2 < 1.0f, "--beta2", "must be in [0, 1)");
-    require(r->eps > 0.0f, "--eps", "must be positive");
-    require(r->grad_clip >= 0.0f, "-gc", "must not be negative");
-    require(r->spike_z >= 0.0f, "-sg", "must not be negative (0: off)");
-    require(r->spike_window >= 2 && r->spike_window <= kOutlierCapacity, "--spike-window", "must be in [2, 64]");
-    require(args.max_skips >= 1, "--max-skips", "must be at least 1");
-    require(r->use_tf32 == 0 || r->use_tf32 == 1, "-f", "must be 0 or 1");
-    require(r->overfit_single_batch == 0 || r->overfit_single_batch == 1, "-a", "must be 0 or 1");
-    require(args.recompute == 0 || args.recompute == 1, "-r", "must be 0 or 1");
-    require(args.val_every >= 0, "-v", "must not be negative");
-    require(args.val_batches >= 0, "-m", "must not be negative");
-    require(args.sample_every >= 0, "-s", "must not be negative");
-    require(args.gen_tokens >= 0, "-g", "must not be negative");
-    require(args.checkpoint_every >= 0, "-n", "must not be negative");
-    require(args.checkpoint_keep >= 0, "-nk", "must not be negative");
-    require(args.resume == 0 || args.resume == 1, "-y", "must be 0 or 1");
-    require(args.output_dir != NULL || (args.checkpoint_every == 0 && !args.resume), "-o", "-n and -y need an output directory");
-    require(args.peak_tflops >= 0.0f, "--peak-tflops", "must not be negative");
-    require(args.stop_at >= 0, "--stop-at", "must not be negative (0: off)");
-    require(args.prompt == NULL || args.prompt_file == NULL, "--prompt-file", "and --prompt: give one of them");
-    require(args.gen_new >= 1, "--gen", "must be at least 1");
-    require(args.batch_samples >= 1, "--batch-samples", "must be at least 1");
-    require(args.sampling.temperature >= 0.0f && isfinite(args.sampling.temperature), "--temperature",
-            "must be a finite number >= 0");
-    require(args.sampling.top_k >= 0, "--top-k", "must not be negative (0: off)");
-    require(args.sampling.top_p > 0.0f && args.sampling.top_p <= 1.0f, "--top-p", "must be in (0, 1]");
-    require(args.eval_every >= 0, "--eval-every", "must not be negative (0: at the end only)");
-    require(args.eval_path != NULL || (args.eval_every == 0 && args.eval_report == NULL), "--eval",
-            "--eval-every and --eval-report need an --eval file");
-    args.sampling.seed = r->seed;
-    // the bundled files, found from any directory (llmc/paths.h); generating or only evaluating reads no data
-    bool trains = args.prompt == NULL && args.prompt_file == NULL && r->max_steps != 0;
-    if (trains && args.train_pattern.empty()) { args.train_pattern = find_bundled_file(TINY_SHAKESPEARE_TRAIN, NULL, "-i"); }
-    if (trains && args.val_pattern.empty()) { args.val_pattern = find_bundled_file(TINY_SHAKESPEARE_VAL, NULL, "-j"); }
-    args.tokenizer = find_bundled_file(GPT2_VOCABULARY, args.tokenizer.empty() ? NULL : args.tokenizer.c_str(), "--tokenizer");
-    return args;
-}
-
-// TF32 dense tensor-core peaks (vendor datasheets, TFLOP/s), for the MFU estimate.
-static float tf32_peak_tflops(const char* device_name) {
-    static const struct { const char* name; float tflops; } known[] = {
-        {"H100 PCIe", 378.0f}, {"H100", 494.7f}, {"H200", 494.7f}, {"GH200", 494.7f},
-        {"A100", 156.0f}, {"L40S", 183.0f}, {"RTX 4090", 82.6f}, {"A10", 62.5f}};
-    for (const auto& gpu : known) {
-        if (strstr(device_name, gpu.name) != NULL) { return gpu.tflops; }
-    }
-    return 0.0f;
-}
-
-// ----------------------------------------------------------------------------------------------
-// Checkpoints: DIR/model_%08d.bin (the classic model format), DIR/state_%08d.bin (the run state,
-// llmc/state_file.h), DIR/latest (the step of the newest pair, as text). All written atomically by
+// Checkpoints: the folder's files and rules are llmc/checkpoint_dir.h's; all written atomically by
 // rank 0.
-
-static void checkpoint_path(char* out, size_t size, const char* dir, const char* kind, int step) {
-    snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);
-}
 
 // Every rank calls it (the owners' moments are gathered on rank 0, through the gradients' memory,
 // free between steps); rank 0 writes.
@@ -4283,9 +3996,7 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
     comm_gather_slices(&g_comm, model->m_memory, P, state.m.data(), model->grads_memory, buffer_floats);
     comm_gather_slices(&g_comm, model->v_memory, P, state.v.data(), model->grads_memory, buffer_floats);
     if (g_comm.rank != 0) { return; }
-    char path[4096];
-    checkpoint_path(path, sizeof(path), dir, "model", step);
-    gpt2_write_model(model, path);
+    gpt2_write_model(model, checkpoint_path(dir, "model", step).c_str());
 
     StepStats stats;
     cudaCheck(cudaMemcpy(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost));
@@ -4294,41 +4005,8 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
     state.shape = *shape;
     state.loader = dataloader_state(loader);
     state.recent_norms = stats.recent_norms;
-    checkpoint_path(path, sizeof(path), dir, "state", step);
-    state_file_write(path, &state);
-
-    // `latest` names a step only once both of its files are complete
-    snprintf(path, sizeof(path), "%s/latest", dir);
-    char latest[32];
-    int length = snprintf(latest, sizeof(latest), "%d\n", step);
-    AtomicFile out;
-    open_atomic(&out, path);
-    atomic_write_or_fail(&out, latest, 1, length);
-    commit_atomic(&out);
-}
-
-// Deletes all but the newest `keep` checkpoints in dir.
-static void prune_checkpoints(const char* dir, int keep) {
-    char pattern[4096];
-    snprintf(pattern, sizeof(pattern), "%s/model_*.bin", dir);
-    std::vector<std::string> models = dl_glob_sorted(pattern);
-    for (size_t i = 0; i + keep < models.size(); i++) {
-        std::string state = models[i];
-        state.replace(state.rfind("model_"), 6, "state_");
-        remove(models[i].c_str());
-        remove(state.c_str());
-    }
-}
-
-static int read_latest_step(const char* dir) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/latest", dir);
-    if (!file_exists(path)) { fail("flag -y: %s has no checkpoint to resume from (no %s)", dir, path); }
-    FILE* file = fopen_or_fail(path, "r");
-    int step = -1;
-    if (fscanf(file, "%d", &step) != 1 || step < 0) { fail("%s: does not hold a step number", path); }
-    fclose(file);
-    return step;
+    state_file_write(checkpoint_path(dir, "state", step).c_str(), &state);
+    checkpoint_write_latest(dir, step);
 }
 
 // A checkpoint read back to resume from: the model and this rank's slice of the run state.
@@ -4341,24 +4019,17 @@ struct Checkpoint {
 // Reads the newest checkpoint, at or before `latest`, whose model and state files are intact, each
 // file once; each damaged one is named on the way. Fails if none is intact.
 static void find_intact_checkpoint(const char* dir, Checkpoint* checkpoint) {
-    int latest = read_latest_step(dir);
-    char pattern[4096];
-    snprintf(pattern, sizeof(pattern), "%s/model_*.bin", dir);
-    std::vector<std::string> models = dl_glob_sorted(pattern);
     std::string newest_problem;
-    for (auto it = models.rbegin(); it != models.rend(); ++it) {
-        int step = -1;
-        if (sscanf(it->c_str() + it->rfind("model_"), "model_%d.bin", &step) != 1 || step > latest) { continue; }
+    for (int step : checkpoint_resume_order(dir, checkpoint_read_latest(dir))) {
         ModelShape shape;
-        char state_path[4096];
-        checkpoint_path(state_path, sizeof(state_path), dir, "state", step);
-        std::string problem;
-        if (model_file_load(it->c_str(), &shape, &checkpoint->params, &problem)) {
+        std::string model_path = checkpoint_path(dir, "model", step), problem;
+        if (model_file_load(model_path.c_str(), &shape, &checkpoint->params, &problem)) {
             size_t P = checkpoint->params.size();
             ZeroShard shard = zero_shard(P, g_comm.rank, g_comm.world);
-            if (state_file_load(state_path, step, P, shard.begin, shard.end, &checkpoint->state, &problem)) {
+            std::string state_path = checkpoint_path(dir, "state", step);
+            if (state_file_load(state_path.c_str(), step, P, shard.begin, shard.end, &checkpoint->state, &problem)) {
                 checkpoint->config = config_from_shape(&shape);
-                validate_config(&checkpoint->config, it->c_str());
+                validate_config(&checkpoint->config, model_path.c_str());
                 return;
             }
         }
@@ -4378,8 +4049,8 @@ static void find_intact_checkpoint(const char* dir, Checkpoint* checkpoint) {
 // loader: Adam's step, the spike guard's window and this rank's slice of the AdamW moments.
 static void load_run_state(const char* dir, const RunState* state, GPT2* model, const RunShape* current,
                            DataLoader* loader) {
-    char path[4096];
-    checkpoint_path(path, sizeof(path), dir, "state", state->step);
+    std::string state_path = checkpoint_path(dir, "state", state->step);
+    const char* path = state_path.c_str();  // REQUIRE_SAME's
     RunShape saved = state->shape;
     REQUIRE_SAME(B, "-b") REQUIRE_SAME(T, "-t") REQUIRE_SAME(micro_batches, "-d") REQUIRE_SAME(max_steps, "-x")
     REQUIRE_SAME(warmup_steps, "-u") REQUIRE_SAME(schedule, "-k") REQUIRE_SAME(use_tf32, "-f")
@@ -4419,22 +4090,6 @@ static void build_model(GPT2* model, const TrainArgs* args, Checkpoint* resume) 
         fail("flag -A %s: the model uses %s attention", attention_name((AttentionKind)r->attention),
              attention_name(model->config.attention));
     }
-}
-
-// Opens DIR/main.log on rank 0: a new run refuses a DIR that holds another run (unless --force),
-// a resumed run appends to it. NULL on other ranks or without -o.
-static FILE* open_run_log(const TrainArgs* args) {
-    if (args->output_dir == NULL || g_comm.rank != 0) { return NULL; }
-    if (mkdir(args->output_dir, 0755) != 0 && errno != EEXIST) {
-        fail("flag -o: cannot create directory %s: %s", args->output_dir, strerror(errno));
-    }
-    char log_path[4096], latest_path[4096];
-    snprintf(log_path, sizeof(log_path), "%s/main.log", args->output_dir);
-    snprintf(latest_path, sizeof(latest_path), "%s/latest", args->output_dir);
-    if (!args->resume && !args->force && (file_exists(log_path) || file_exists(latest_path))) {
-        fail("flag -o: %s already holds a run; resume it with -y 1, or pass --force to start over", args->output_dir);
-    }
-    return fopen_or_fail(log_path, args->resume ? "a" : "w");
 }
 
 // The mean loss over `rows` validation rows (llmc/dataloader.h's evaluation rows), the same bits
@@ -4480,27 +4135,6 @@ static void print_sample(GPT2* model, Generator* gen, const Tokenizer* tokenizer
     printf("\n");
 }
 
-// The prompt's token ids (an empty prompt: <|endoftext|>), each checked against the model's vocabulary.
-static std::vector<int> encode_prompt(const TrainArgs* args, const Tokenizer* tokenizer, int vocab_size) {
-    std::string text = args->prompt != NULL ? args->prompt : "";
-    if (args->prompt_file != NULL) {
-        FILE* f = fopen_or_fail(args->prompt_file, "rb");
-        text.resize(std::max<int64_t>(file_size(args->prompt_file), 0));
-        fread_or_fail(&text[0], 1, text.size(), f, args->prompt_file);
-        fclose(f);
-    }
-    std::vector<uint32_t> ids;
-    tokenizer_encode(tokenizer, text.data(), text.size(), &ids);
-    if (ids.empty()) { ids.push_back(tokenizer->eot_token); }
-    const char* flag = args->prompt != NULL ? "--prompt" : "--prompt-file";
-    for (uint32_t id : ids) {
-        if (id >= (uint32_t)vocab_size) {
-            fail("flag %s: token %u of the prompt is outside the model's vocabulary of %d", flag, id, vocab_size);
-        }
-    }
-    return std::vector<int>(ids.begin(), ids.end());
-}
-
 // --prompt: prints the completions, the first as it is generated, and the speed.
 static void generate_main(const TrainArgs* args) {
     if (!cuda_setup(args->shape.use_tf32 == 1)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
@@ -4509,7 +4143,7 @@ static void generate_main(const TrainArgs* args) {
     const GPT2Config* c = &model.config;
     Tokenizer tokenizer;
     tokenizer_init(&tokenizer, args->tokenizer.c_str());
-    std::vector<int> prompt = encode_prompt(args, &tokenizer, c->vocab_size);
+    std::vector<int> prompt = encode_prompt(args->prompt, args->prompt_file, &tokenizer, c->vocab_size);
     int n = (int)prompt.size(), M = args->batch_samples, eot = (int)tokenizer.eot_token;
     if (n >= c->max_seq_len) {
         fail("flag --prompt: %d tokens leave no room to generate within the model's maxT of %d", n, c->max_seq_len);
@@ -4519,7 +4153,8 @@ static void generate_main(const TrainArgs* args) {
     generator_init(&gen, &model, M, std::min(c->max_seq_len, n + args->gen_new));
 
     double start = wall_seconds();
-    generator_start(&model, &gen, prompt, &args->sampling);
+    SamplingParams sampling = {args->temperature, args->top_k, args->top_p, 0, args->shape.seed};
+    generator_start(&model, &gen, prompt, &sampling);
     cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));
     double prefilled = wall_seconds(), first_step = 0.0;
     std::vector<std::vector<int>> completions(M);
@@ -4594,10 +4229,7 @@ static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, con
     EvalResult result = eval_result(*set, losses);
     printf0("eval: accuracy %.4f (%d/%d) at step %d in %.2f s\n", result.accuracy(), result.correct, result.evaluated,
             step, wall_seconds() - start);
-    if (log != NULL) {
-        fprintf(log, "s:%d eval:%.4f\n", step, result.accuracy());
-        fflush(log);
-    }
+    log_eval(log, step, result.accuracy());
     if (args->eval_report != NULL && g_comm.rank == 0) { eval_write_report(args->eval_report, *set, losses, result); }
 }
 
@@ -4622,26 +4254,6 @@ static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
     tokenizer_free(&tokenizer);
     gpt2_free(&model);
     comm_free(&g_comm);
-}
-
-// FNV-1a of what must be the same on every rank: the flags that shape the run, the model's
-// shape, the data set (shard paths and sizes) and the step it starts from.
-static uint64_t run_fingerprint(const RunShape* shape, const GPT2Config* config, const DataLoader* train,
-                                const DataLoader* val, int start_step) {
-    uint64_t hash = 0xcbf29ce484222325ull;
-    auto mix = [&](const void* data, size_t size) {
-        for (size_t i = 0; i < size; i++) { hash = (hash ^ ((const unsigned char*)data)[i]) * 0x100000001b3ull; }
-    };
-    mix(shape, sizeof(*shape));
-    mix(config, sizeof(*config));
-    for (const DataLoader* loader : {train, val}) {
-        for (size_t i = 0; i < loader->shard_paths.size(); i++) {
-            mix(loader->shard_paths[i].c_str(), loader->shard_paths[i].size() + 1);
-            mix(&loader->shard_tokens[i], sizeof(loader->shard_tokens[i]));
-        }
-    }
-    mix(&start_step, sizeof(start_step));
-    return hash;
 }
 
 static void print_row(const char* name, const char* fmt, ...) {
@@ -4753,11 +4365,59 @@ static void run_print_config(const Run* run, int val_B) {
     printf0("%s", rule);
 }
 
+// -y 1's checkpoint, read into *checkpoint: its step, or -1 to start from scratch when no checkpoint
+// in -o DIR was ever complete (a job killed before its first and requeued with the same command).
+// Checkpoints that exist but are all damaged stop the run (find_intact_checkpoint).
+static int find_resume_step(const TrainArgs* args, Checkpoint* checkpoint) {
+    if (!args->resume) { return -1; }
+    if (!checkpoint_ever_completed(args->output_dir)) {
+        printf0("-y 1: no checkpoint in %s was ever completed: starting from scratch\n", args->output_dir);
+        return -1;
+    }
+    find_intact_checkpoint(args->output_dir, checkpoint);
+    return checkpoint->state.step;
+}
+
+// This rank's training and validation data (the model built); returns the validation batch size.
+static int run_init_data(Run* run) {
+    RunShape* r = &run->args.shape;
+    const TrainArgs* args = &run->args;
+    int world = g_comm.world, vocab_size = run->model.config.vocab_size;
+    run->micro_steps = r->micro_batches / world;
+    dataloader_init(&run->train_loader, args->train_pattern.c_str(), r->B, r->T, g_comm.rank, world, run->micro_steps, false,
+                    r->seed, vocab_size);
+    // validation: the rows of one GPU's -m batches (all with -m 0), whatever the number of GPUs
+    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern.c_str(), r->T, 1));
+    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than T+1 = %d tokens", args->val_pattern.c_str(), r->T + 1); }
+    dataloader_init(&run->val_loader, args->val_pattern.c_str(), val_B, r->T, 0, 1, 1, false, r->seed, vocab_size);
+    int64_t val_per_epoch = (int64_t)dataloader_batches_per_epoch(&run->val_loader);
+    run->val_rows = val_B * (args->val_batches == 0 ? val_per_epoch : std::min<int64_t>(args->val_batches, val_per_epoch));
+    if (r->max_steps < 0) {
+        r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&run->train_loader));
+    }
+    return val_B;
+}
+
+// Restores the checkpoint resumed from (nullptr: none), saying so in the console and main.log; a
+// -y 1 run that found none logs its start from scratch.
+static void run_restore(Run* run, const Checkpoint* resume) {
+    const TrainArgs* args = &run->args;
+    if (resume == nullptr) {
+        if (args->resume) { log_restarted(run->log); }
+        return;
+    }
+    int step = resume->state.step, world = g_comm.world;
+    load_run_state(args->output_dir, &resume->state, &run->model, &args->shape, &run->train_loader);
+    run->start_step = step;
+    printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, step, world, world > 1 ? "s" : "");
+    log_resumed(run->log, step, world);
+}
+
 // Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
-static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
+static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *run = Run();
     TrainArgs* args = &run->args;
-    *args = parse_args(argc, argv, me->world);
+    *args = parsed;
     signals_install();
     RunShape* r = &args->shape;
     if (!cuda_setup(r->use_tf32 == 1, me->local_rank)) {
@@ -4769,39 +4429,22 @@ static void run_init(Run* run, const LaunchInfo* me, int argc, char** argv) {
         if (removed > 0) { printf0("removed %d temporary files of killed writers from %s\n", removed, args->output_dir); }
     }
     Checkpoint resume;  // read once, when resuming
-    if (args->resume) { find_intact_checkpoint(args->output_dir, &resume); }
-    int resume_step = args->resume ? resume.state.step : -1;
+    int resume_step = find_resume_step(args, &resume);
     GPT2* model = &run->model;
-    build_model(model, args, args->resume ? &resume : NULL);
+    build_model(model, args, resume_step >= 0 ? &resume : nullptr);
     gpt2_reset_step_stats(model, r->spike_window);
     const GPT2Config* c = &model->config;
     r->attention = c->attention;
     if (r->T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, c->max_seq_len); }
 
-    int world = g_comm.world;
-    run->micro_steps = r->micro_batches / world;
-    dataloader_init(&run->train_loader, args->train_pattern.c_str(), r->B, r->T, g_comm.rank, world, run->micro_steps, false,
-                    r->seed, c->vocab_size);
-    // validation: the rows of one GPU's -m batches (all with -m 0), whatever the number of GPUs
-    int val_B = std::min(r->B, dataloader_max_batch(args->val_pattern.c_str(), r->T, 1));
-    if (val_B < 1) { fail("flag -j: %s has a shard with fewer than T+1 = %d tokens", args->val_pattern.c_str(), r->T + 1); }
-    dataloader_init(&run->val_loader, args->val_pattern.c_str(), val_B, r->T, 0, 1, 1, false, r->seed, c->vocab_size);
-    int64_t val_per_epoch = (int64_t)dataloader_batches_per_epoch(&run->val_loader);
-    run->val_rows = val_B * (args->val_batches == 0 ? val_per_epoch : std::min<int64_t>(args->val_batches, val_per_epoch));
-    if (r->max_steps < 0) {
-        r->max_steps = std::max<int>(1, dataloader_batches_per_epoch(&run->train_loader));
-    }
+    int val_B = run_init_data(run);
     tokenizer_init(&run->tokenizer, args->tokenizer.c_str());
-    comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
+    ModelShape model_shape = shape_from_config(c);
+    comm_check_same(&g_comm, run_fingerprint(r, &model_shape, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
-
-    run->log = open_run_log(args);
-    if (resume_step >= 0) {
-        load_run_state(args->output_dir, &resume.state, model, r, &run->train_loader);
-        run->start_step = resume_step;
-        printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, resume_step, world, world > 1 ? "s" : "");
-        if (run->log) { fprintf(run->log, "# resumed at step %d on %d GPUs\n", resume_step, world); }
-    }
+    bool logs = args->output_dir != nullptr && g_comm.rank == 0;
+    run->log = logs ? log_open(args->output_dir, args->resume, args->force) : nullptr;
+    run_restore(run, resume_step >= 0 ? &resume : nullptr);
     model->recompute_residual2 = args->recompute;
     gpt2_allocate_activations(model, r->B, r->T);
     bool samples = args->sample_every > 0 && args->gen_tokens > 0 && g_comm.rank == 0;
@@ -4867,10 +4510,7 @@ static void run_guard(Run* run, int step, const StepStats* stats) {
         snprintf(why, sizeof(why), "non-finite %s", isfinite(stats->loss) ? "norm" : "loss");
     }
     printf0("s:%d skipped: %s\n", step, why);
-    if (run->log) {
-        fprintf(run->log, "s:%d skipped: %s\n", step, why);
-        fflush(run->log);
-    }
+    log_skipped(run->log, step, why);
     if (++run->skips_in_a_row >= run->args.max_skips) {
         fail("step %d: %d updates in a row skipped, the last for a %s: the run diverged (lower -l, or resume from "
              "an earlier checkpoint)", step + 1, run->skips_in_a_row, why);
@@ -4901,11 +4541,8 @@ static void run_report(Run* run) {
     float lr = learning_rate(r, step);
     printf0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.2f ms | %.0f tok/s | MFU %.1f%% | ETA %.1f min\n",
             step + 1, r->max_steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, mfu, eta_minutes);
-    if (run->log) {
-        fprintf(run->log, "s:%d trl:%.6f lr:%.6e norm:%.6f ms:%.3f tok/s:%.0f mfu:%.2f\n", step, loss, lr, grad_norm,
-                seconds * 1e3, tokens / seconds, mfu);
-        fflush(run->log);
-    }
+    log_step(run->log, {.step = step, .loss = loss, .lr = lr, .grad_norm = grad_norm, .ms = seconds * 1e3,
+                        .tokens_per_second = tokens / seconds, .mfu_percent = mfu});
     run_guard(run, step, stats);
 }
 
@@ -4927,16 +4564,13 @@ static void run_periodic(Run* run, int step, bool last_step) {
     if (timed) { cudaCheck(cudaEventRecord(run->periodic_marks[0])); }
     if (checkpoint_due) {
         write_checkpoint(args->output_dir, step, model, &args->shape, &run->train_loader);
-        if (args->checkpoint_keep > 0 && g_comm.rank == 0) { prune_checkpoints(args->output_dir, args->checkpoint_keep); }
+        if (args->checkpoint_keep > 0 && g_comm.rank == 0) { checkpoint_prune(args->output_dir, args->checkpoint_keep); }
         if (g_comm.rank == 0) { remove_stale_temp_files(args->output_dir); }
     }
     if (val_due) {
         float val_loss = validation_loss(model, &run->val_loader, run->val_rows);
         printf0("step %d: val loss %.6f\n", step, val_loss);
-        if (run->log) {
-            fprintf(run->log, "s:%d tel:%.6f\n", step, val_loss);
-            fflush(run->log);
-        }
+        log_val_loss(run->log, step, val_loss);
     }
     if (eval_due) { evaluate(model, args, &run->eval_set, run->eval_batches, step, run->log); }
     if (sample_due && run->sampler.M > 0) {
@@ -4997,24 +4631,24 @@ int main(int argc, char** argv) {
     }
     int world = std::max({gpus, me.world, 1});
     g_fail_quiet = me.world > 1 && me.rank != 0;  // what every rank finds alike, rank 0 reports
-    TrainArgs args = parse_args(argc, argv, world);  // bad flags and data fail here, before any process starts
-    if (args.shape.max_steps != 0 && args.prompt == NULL && args.prompt_file == NULL) {
+    TrainArgs args = args_parse_or_fail(argc, argv, world);  // bad flags and data fail here, before any process starts
+    if (args_trains(&args)) {
         dataloader_check_pattern(args.train_pattern.c_str());
         dataloader_check_pattern(args.val_pattern.c_str());
     }
     g_fail_quiet = false;
-    if (args.prompt != NULL || args.prompt_file != NULL) {
+    if (args_generates(&args)) {
         if (world > 1) { fail("flag --prompt: generation runs on one GPU (no --gpus, no launcher)"); }
         generate_main(&args);
         return 0;
     }
     if (gpus > 1) { return launch_local(gpus, argc, argv); }
-    if (args.shape.max_steps == 0) {  // --eval only (parse_args allows -x 0 only with it)
+    if (args.shape.max_steps == 0) {  // --eval only (args_parse allows -x 0 only with it)
         evaluate_main(&args, &me);
         return 0;
     }
     Run run;
-    run_init(&run, &me, argc, argv);
+    run_init(&run, &me, args);
     int max_steps = run.args.shape.max_steps, stop_at = run.args.stop_at;
     for (int step = run.start_step; step <= max_steps; step++) {
         bool last_step = step == max_steps || (stop_at > 0 && step == stop_at) || run.stop_requested;

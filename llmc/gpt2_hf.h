@@ -150,6 +150,13 @@ static inline std::string hf_model_dir(const char* path) {
     return slash == std::string::npos ? "." : p.substr(0, slash);
 }
 
+// The weights of a model: DIR/model.safetensors, or the .safetensors file given directly.
+static inline std::string hf_weights_path(const char* path) {
+    struct stat st;
+    bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return dir ? std::string(path) + "/model.safetensors" : std::string(path);
+}
+
 // Whether `path` is a Hugging Face model: a directory holding config.json, or a .safetensors file.
 static inline bool hf_is_model(const char* path) {
     struct stat st;
@@ -200,8 +207,7 @@ static inline void gpt2_from_hf(const char* path, ModelShape* shape, std::vector
     std::string config_path = dir + "/config.json";
     bool tied;
     hf_read_config(config_path.c_str(), shape, &tied);
-    struct stat st;
-    std::string weights = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? dir + "/model.safetensors" : std::string(path);
+    std::string weights = hf_weights_path(path);
     const char* wpath = weights.c_str();
     SafeFile file;
     safetensors_open(wpath, &file);
@@ -312,8 +318,17 @@ static inline void hf_write_tokenizer(const std::string& dir, const Tokenizer* t
     hf_write_text(dir + "/tokenizer_config.json", config);
 }
 
+// The files gpt2_to_hf writes in dir, the tokenizer's too if with_tokenizer.
+static inline std::vector<std::string> hf_written_files(const std::string& dir, bool with_tokenizer) {
+    std::vector<std::string> files = {dir + "/model.safetensors", dir + "/config.json"};
+    if (with_tokenizer) {
+        for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json"}) { files.push_back(dir + "/" + name); }
+    }
+    return files;
+}
+
 // Writes the model (shape, flat parameters) and, unless tok is NULL, the tokenizer as a Hugging
-// Face GPT-2 directory.
+// Face GPT-2 directory (the files of hf_written_files).
 static inline void gpt2_to_hf(const char* dir, const ModelShape* shape, const float* params, const Tokenizer* tok) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { fail("cannot create directory %s: %s", dir, strerror(errno)); }
     if (tok != NULL && (int)tok->vocab_size != shape->vocab_size) {

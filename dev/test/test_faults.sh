@@ -9,6 +9,8 @@
 #    to one never interrupted (SIGNAL_TRIALS times);
 #  - kill -9 at random times, mostly while checkpoints are being written, then resume: bit-identical
 #    to the straight run, and no temporary file left behind (KILL_TRIALS times);
+#  - a requeued job: the same -y 1 command killed five times at random from its first second on
+#    (before its first checkpoint too), then run to the end: bit-identical to the straight run;
 #  - a flipped byte in the latest state file: resume falls back to the checkpoint before it;
 #  - a full disk (a file-size limit) while checkpointing: an error naming the file, the previous
 #    checkpoint kept, no temporary file left.
@@ -116,15 +118,30 @@ kill_trial() {  # kill_trial N: prints "ok" when trial N's resumed run ends as t
   sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
   kill -9 $pid 2> /dev/null
   wait $pid 2> /dev/null
-  local resume="--force"
-  [ -f "$dir/latest" ] && resume="-y 1"
-  $run -x 12 -n 3 -o "$dir" $resume > "$dir.resume.log" 2>&1
+  $run -x 12 -n 3 -o "$dir" -y 1 > "$dir.resume.log" 2>&1
   [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/kill_straight.log")" ] && no_temp_files "$dir" && echo ok
   rm -rf "$dir"
 }
 kill_ok=$(in_parallel "$KILL_TRIALS" kill_trial | grep -c '^ok$')
 check "kill -9 at $KILL_TRIALS random times: resume bit-identical, no temporary files ($kill_ok ok)" \
   test "$kill_ok" = "$KILL_TRIALS"
+
+# a requeued job: one command with -y 1, from the first start on; killed before its first checkpoint
+# was complete, it starts from scratch (saying so in main.log), later it resumes
+requeued="$run -x 12 -n 3 -o $work/requeued -y 1"
+for attempt in 1 2 3 4 5; do
+  $requeued > "$work/requeued_$attempt.log" 2>&1 &
+  pid=$!
+  sleep "$((RANDOM % 3)).$((RANDOM % 10))"
+  kill -9 $pid 2> /dev/null
+  wait $pid 2> /dev/null
+done
+$requeued > "$work/requeued.log" 2>&1
+check "requeued -y 1 job killed 5 times: ends bit-identical to the straight run" \
+  test "$(checksum "$work/requeued.log")" = "$(checksum "$work/kill_straight.log")"
+check "requeued -y 1 job: the start from scratch is in main.log" \
+  grep -q "^# no checkpoint to resume from: started from scratch" "$work/requeued/main.log"
+rm -rf "$work/requeued"
 
 # a flipped byte in the latest state: resume falls back to the checkpoint before
 cp -r "$work/kill_straight" "$work/flipped"

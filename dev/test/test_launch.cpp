@@ -77,20 +77,12 @@ static std::vector<RankRun> run_ranks(const std::vector<RankPlan>& plans, double
     std::vector<int> pipes;
     double start = launch_now();
     for (const RankPlan& plan : plans) {
-        int fds[2];
-        if (pipe(fds) != 0) { fail("pipe: %s", strerror(errno)); }
-        fflush(stdout);
-        fflush(stderr);
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(fds[0]);
-            dup2(fds[1], STDERR_FILENO);
+        CapturedChild child = fork_captured([&] {
             launch_sleep_ms(plan.delay_ms);
-            _exit(plan.body(plan.rank, plan.world));
-        }
-        close(fds[1]);
-        pids.push_back(pid);
-        pipes.push_back(fds[0]);
+            return plan.body(plan.rank, plan.world);
+        });
+        pids.push_back(child.pid);
+        pipes.push_back(child.stderr_fd);
     }
     std::vector<RankRun> runs(plans.size(), RankRun{"", -1, 0.0});
     for (size_t left = plans.size(); left > 0;) {
@@ -111,12 +103,7 @@ static std::vector<RankRun> run_ranks(const std::vector<RankPlan>& plans, double
         }
         launch_sleep_ms(10);
     }
-    for (size_t i = 0; i < plans.size(); i++) {
-        char buf[4096];
-        ssize_t n;
-        while ((n = read(pipes[i], buf, sizeof(buf))) > 0) { runs[i].output.append(buf, (size_t)n); }
-        close(pipes[i]);
-    }
+    for (size_t i = 0; i < plans.size(); i++) { runs[i].output = read_to_end(pipes[i]); }
     return runs;
 }
 
@@ -426,28 +413,15 @@ TEST(gpus_flag) {
 static int run_launcher(int gpus, std::vector<const char*> args, std::string* output, double* seconds,
                         int sigterm_after_ms = -1) {
     args.insert(args.begin(), g_self_path);
-    int fds[2];
-    if (pipe(fds) != 0) { fail("pipe: %s", strerror(errno)); }
     double start = launch_now();
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], STDERR_FILENO);
-        _exit(launch_local(gpus, (int)args.size(), (char**)args.data()));
-    }
-    close(fds[1]);
+    CapturedChild child = fork_captured([&] { return launch_local(gpus, (int)args.size(), (char**)args.data()); });
     if (sigterm_after_ms >= 0) {
         launch_sleep_ms(sigterm_after_ms);
-        kill(pid, SIGTERM);
+        kill(child.pid, SIGTERM);
     }
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof(buf))) > 0) { output->append(buf, (size_t)n); }
-    close(fds[0]);
+    *output += read_to_end(child.stderr_fd);
     int status = 0;
-    waitpid(pid, &status, 0);
+    waitpid(child.pid, &status, 0);
     *seconds = launch_now() - start;
     return status_code(status);
 }

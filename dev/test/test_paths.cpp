@@ -158,6 +158,29 @@ TEST(prepare_data_encode_and_decode_from_another_directory) {
     remove_dir(dir);
 }
 
+// ./hf_convert never overwrites without --force and never writes over one of its inputs: a
+// one-line error naming the file, a non-zero exit, the file unchanged.
+TEST(hf_convert_refuses_to_overwrite) {
+    std::string dir = make_temp_dir("test_paths");
+    std::filesystem::copy(repo_root() + "/dev/test/fixtures/hf_tiny", dir + "/hf");
+    std::string bin = shell_quoted(repo_root() + "/hf_convert"), weights = read_file(dir + "/hf/model.safetensors");
+    CHECK(run_in(dir, bin + " import hf hf/model.safetensors 2> self.err") == 1);
+    CHECK(run_in(dir, bin + " import hf hf/../hf/config.json --force 2> config.err") == 1);
+    CHECK(read_file(dir + "/self.err") ==
+          "error: hf/model.safetensors is the input hf/model.safetensors: choose another output\n");
+    CHECK(read_file(dir + "/config.err") == "error: hf/../hf/config.json is the input hf/config.json: choose another output\n");
+    CHECK(read_file(dir + "/hf/model.safetensors") == weights);
+    CHECK(run_in(dir, bin + " import hf model.bin > /dev/null") == 0);
+    CHECK(run_in(dir, bin + " import hf model.bin 2> again.err") == 1);
+    CHECK(read_file(dir + "/again.err") == "error: model.bin already exists (use --force to overwrite)\n");
+    CHECK(run_in(dir, bin + " import hf model.bin --force > /dev/null") == 0);
+    CHECK(run_in(dir, bin + " export model.bin out > /dev/null") == 0);
+    CHECK(run_in(dir, bin + " export model.bin out 2> export.err") == 1);
+    CHECK(read_file(dir + "/export.err") == "error: out/model.safetensors already exists (use --force to overwrite)\n");
+    CHECK(run_in(dir, bin + " export model.bin out --force > /dev/null") == 0);
+    remove_dir(dir);
+}
+
 // A copy of the binary outside the repository still finds the vocabulary through the
 // compiled-in source path.
 TEST(prepare_data_copy_outside_the_repository) {

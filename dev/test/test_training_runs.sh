@@ -3,8 +3,9 @@
 #  - the same seed and data give bit-identical losses, norms and weights, also when the backward
 #    pass recomputes residual2 (-r 1); another seed does not;
 #  - 30 steps straight equal 15 steps + resume (-y 1) + 15 steps, bit for bit;
-#  - resume and output-directory mistakes give a one-line error and a non-zero exit; a damaged
-#    latest checkpoint makes resume fall back to the one before.
+#  - resume and output-directory mistakes give a one-line error and a non-zero exit; -y 1 where no
+#    checkpoint was ever completed starts from scratch; a damaged latest checkpoint makes resume
+#    fall back to the one before.
 set -u
 cd "$(dirname "$0")/../.."
 if ! nvidia-smi -L > /dev/null 2>&1; then
@@ -37,7 +38,9 @@ check "resume: steps 16-30 ran" grep -q "^step    30/30" "$work/second.log"
 check "resume with another -b fails" fails_with "flag -b: differs from the run being resumed" \
   ./train_gpt2_fp32 -e d12 -b 2 -t 256 -d 2048 -l 6e-4 -u 5 -k cosine -q 0.1 -c 0.1 -x 30 --seed 1 -o "$work/resumed" -y 1
 mkdir -p "$work/empty"
-check "resume without a checkpoint fails" fails_with "has no checkpoint to resume from" $run -x 30 -o "$work/empty" -y 1
+$run -x 2 -o "$work/empty" -y 1 > "$work/empty.log" 2>&1
+check "-y 1 without a checkpoint starts from scratch, saying so" \
+  grep -q "no checkpoint in .* was ever completed: starting from scratch" "$work/empty.log"
 check "a new run refuses a directory holding a run" fails_with "already holds a run" $run -x 30 -o "$work/resumed"
 head -c 5000 "$work/resumed/state_00000030.bin" > "$work/truncated" && mv "$work/truncated" "$work/resumed/state_00000030.bin"
 $run -x 30 --seed 1 -n 15 -o "$work/resumed" -y 1 > "$work/fallback.log" 2>&1

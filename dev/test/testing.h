@@ -1,7 +1,7 @@
 // A minimal unit-test runner: TEST(name) { ... CHECK(cond); ... } and main() from
 // TEST_MAIN(). Prints one line per failed check and closes with "N passed, N failed".
 // Tests that must see a process exit (fatal input errors) use expect_exit_failure(), or
-// run_in_child() for its status and stderr; file_refused_with() feeds a reader a file of given bytes.
+// run_in_child() for its status and stderr (fork_captured() for a child to wait on yourself); file_refused_with() feeds a reader a file of given bytes.
 #pragma once
 
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <type_traits>
 
 #include "dev/test/files.h"
 
@@ -38,30 +39,54 @@ struct TestRegistrar {
         }                                                                             \
     } while (0)
 
-// Runs fn() in a child process with its stderr captured into err (err_size bytes, NUL-terminated);
-// returns the child's wait status. The child exits 0 if fn returns.
+// A forked child whose stderr comes to the parent through a pipe.
+struct CapturedChild {
+    pid_t pid;
+    int stderr_fd;  // the pipe's read end: read_to_end() it
+};
+
+// Forks a child that runs fn() with its stderr into a pipe and exits with what fn returns (0 if
+// it returns nothing).
 template <typename F>
-static int run_in_child(F fn, char* err, size_t err_size) {
-    int pipefd[2];
-    err[0] = '\0';
-    if (pipe(pipefd) != 0) { return -1; }
+static CapturedChild fork_captured(F fn) {
+    int fds[2];
+    if (pipe(fds) != 0) { fail("pipe: %s", strerror(errno)); }
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
-        close(pipefd[0]);
-        dup2(pipefd[1], STDERR_FILENO);
-        fn();
-        _exit(0);
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        if constexpr (std::is_void<decltype(fn())>::value) {
+            fn();
+            _exit(0);
+        } else {
+            _exit(fn());
+        }
     }
-    close(pipefd[1]);
-    size_t len = 0;
+    close(fds[1]);
+    return CapturedChild{pid, fds[0]};
+}
+
+// What is left to read from fd, until every writer has closed it; closes it.
+static inline std::string read_to_end(int fd) {
+    std::string text;
+    char buf[4096];
     ssize_t n;
-    while ((n = read(pipefd[0], err + len, err_size - 1 - len)) > 0) { len += (size_t)n; }
-    err[len] = '\0';
-    close(pipefd[0]);
+    while ((n = read(fd, buf, sizeof(buf))) > 0) { text.append(buf, (size_t)n); }
+    close(fd);
+    return text;
+}
+
+// Runs fn() in a child process with its stderr captured into err (err_size bytes, NUL-terminated);
+// returns the child's wait status. The child exits 0 if fn returns.
+template <typename F>
+static int run_in_child(F fn, char* err, size_t err_size) {
+    CapturedChild child = fork_captured([&] { fn(); });
+    std::string text = read_to_end(child.stderr_fd);
+    snprintf(err, err_size, "%s", text.c_str());
     int status = 0;
-    waitpid(pid, &status, 0);
+    waitpid(child.pid, &status, 0);
     return status;
 }
 

@@ -1,0 +1,102 @@
+// CPU tests of llmc/checkpoint_dir.h in temporary folders: the file names, `latest` written and read
+// back (and refused when it holds no step), the steps found (other files ignored), the order a
+// resume tries them (newest at or before `latest` first), pruning to the newest K, and -y 1's
+// rule: a folder whose `latest` was never written (a run killed before its first checkpoint was
+// complete, leaving a model file, or nothing) starts from scratch; one with `latest` resumes.
+#include <string>
+#include <vector>
+
+#include "dev/test/files.h"
+#include "dev/test/testing.h"
+#include "llmc/checkpoint_dir.h"
+
+// A folder holding a model and a state file for each of `steps`.
+static std::string folder_with(const std::vector<int>& steps) {
+    std::string dir = make_temp_dir("test_checkpoint_dir");
+    for (int step : steps) {
+        write_file(checkpoint_path(dir, "model", step), "m");
+        write_file(checkpoint_path(dir, "state", step), "s");
+    }
+    return dir;
+}
+
+TEST(paths) {
+    CHECK(checkpoint_path("run", "model", 5) == "run/model_00000005.bin");
+    CHECK(checkpoint_path("a/b", "state", 123456789) == "a/b/state_123456789.bin");
+    CHECK(checkpoint_latest_path("run") == "run/latest");
+}
+
+TEST(latest_round_trip) {
+    std::string dir = folder_with({});
+    CHECK(!checkpoint_ever_completed(dir));
+    checkpoint_write_latest(dir, 40);
+    CHECK(checkpoint_ever_completed(dir));
+    CHECK(read_file(dir + "/latest") == "40\n");
+    CHECK(checkpoint_read_latest(dir) == 40);
+    checkpoint_write_latest(dir, 50);
+    CHECK(checkpoint_read_latest(dir) == 50);
+    remove_dir(dir);
+}
+
+TEST(latest_without_a_step_is_refused) {
+    std::string dir = folder_with({});
+    for (const char* bad : {"", "x\n", "-3\n"}) {
+        write_file(dir + "/latest", bad);
+        CHECK(expect_exit_failure([&] { checkpoint_read_latest(dir); }, (dir + "/latest: does not hold a step number").c_str()));
+    }
+    remove_dir(dir);
+}
+
+TEST(steps_found_oldest_first) {
+    std::string dir = folder_with({12, 3, 100000000, 9});
+    for (const char* other : {"model_7.bin", "model_0000000x.bin", "model_00000004.bin.tmp.h.1", "main.log", "state_00000002.bin"}) {
+        write_file(dir + "/" + other, "");
+    }
+    CHECK(checkpoint_steps(dir) == std::vector<int>({3, 9, 12, 100000000}));
+    CHECK(checkpoint_steps(dir + "/missing").empty());
+    remove_dir(dir);
+}
+
+TEST(resume_order_newest_at_or_before_latest) {
+    std::string dir = folder_with({3, 6, 9, 12});
+    CHECK(checkpoint_resume_order(dir, 12) == std::vector<int>({12, 9, 6, 3}));
+    CHECK(checkpoint_resume_order(dir, 10) == std::vector<int>({9, 6, 3}));  // 12 not yet named by latest
+    CHECK(checkpoint_resume_order(dir, 2).empty());
+    remove_dir(dir);
+}
+
+TEST(prune_keeps_the_newest) {
+    std::string dir = folder_with({3, 6, 9, 12});
+    checkpoint_prune(dir, 2);
+    CHECK(checkpoint_steps(dir) == std::vector<int>({9, 12}));
+    CHECK(!file_exists(checkpoint_path(dir, "state", 6).c_str()) && file_exists(checkpoint_path(dir, "state", 9).c_str()));
+    checkpoint_prune(dir, 5);
+    CHECK(checkpoint_steps(dir) == std::vector<int>({9, 12}));
+    remove_dir(dir);
+}
+
+// -y 1's rule. Killed (kill -9) before its first checkpoint was complete, a run leaves a model file
+// without its state file, temporary files and main.log, but no `latest`: start from scratch.
+TEST(killed_before_the_first_checkpoint_starts_from_scratch) {
+    std::string dir = make_temp_dir("test_checkpoint_dir");
+    CHECK(!checkpoint_ever_completed(dir));
+    CHECK(!checkpoint_ever_completed(dir + "/never_created"));
+    write_file(checkpoint_path(dir, "model", 5), "complete model file");
+    write_file(checkpoint_path(dir, "state", 5) + ".tmp.host.123", "partial state file");
+    write_file(dir + "/main.log", "s:0 trl:10.9\n");
+    CHECK(!checkpoint_ever_completed(dir));
+    remove_dir(dir);
+}
+
+// Once `latest` was written, -y 1 resumes, even where every checkpoint is now damaged or gone: the
+// resume then stops with its error rather than starting over.
+TEST(a_completed_checkpoint_is_resumed_even_if_damaged) {
+    std::string dir = folder_with({3});
+    checkpoint_write_latest(dir, 3);
+    CHECK(checkpoint_ever_completed(dir));
+    remove(checkpoint_path(dir, "model", 3).c_str());
+    CHECK(checkpoint_ever_completed(dir) && checkpoint_resume_order(dir, 3).empty());
+    remove_dir(dir);
+}
+
+TEST_MAIN()
