@@ -276,7 +276,7 @@ static void comm_sum_disjoint(const Comm* comm, double* values, size_t n) {
 }
 
 // Fails on every rank, naming the first rank whose value differs from rank 0's (e.g. a hash of
-// the flags and data that shape the run).
+// the flags and data that shape the run); rank 0 prints the line, the others exit with it.
 static void comm_check_same(const Comm* comm, uint64_t value, const char* what) {
     if (comm->world == 1) { return; }
 #ifdef USE_NCCL
@@ -291,7 +291,9 @@ static void comm_check_same(const Comm* comm, uint64_t value, const char* what) 
     }
     cudaFree(device);
     for (int r = 1; r < comm->world; r++) {
-        if (values[r] != values[0]) { fail("rank %d: %s differ from rank 0's (every rank must get the same)", r, what); }
+        if (values[r] == values[0]) { continue; }
+        if (comm->rank != 0) { sleep(10); }  // rank 0 reports it, and its failure ends this rank quietly
+        fail("rank %d: %s differ from rank 0's (every rank must get the same)", r, what);
     }
 #else
     (void)value, (void)what;
