@@ -1504,8 +1504,8 @@ __device__ void online_softmax(float s[N / 8][4], float row_max[2], float row_su
 }
 
 template <AttentionKind KIND, int HS, bool SPLIT>
-__global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SPLIT))
-    flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH) {
+__global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SPLIT)) flash_forward_kernel(
+    float* out, float* lse, const float* qkv, int T, int NH) {
     constexpr int KEYS = flash_forward_keys(HS), TILE = KEYS * HS;
     extern __shared__ float smem[];  // two stages of {K tile, V tile}, KEYS x HS each
     cg::thread_block block = cg::this_thread_block();
@@ -1908,9 +1908,9 @@ __device__ void row_statistics(float stat_a[2], float stat_b[2], float* delta_he
 // dQ: one CTA per 64 queries of a head, looping over key tiles up to the diagonal. Softmax also
 // computes delta for its rows (read by the dK/dV kernel, launched after).
 template <AttentionKind KIND, int HS, bool SPLIT>
-__global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
-    flash_backward_dq_kernel(float* dqkv_t, float* bias_partials, float* delta, const float* dout, const float* qkv,
-                             const float* out, const float* lse, int T, int NH) {
+__global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT)) flash_backward_dq_kernel(
+    float* dqkv_t, float* bias_partials, float* delta, const float* dout, const float* qkv, const float* out,
+    const float* lse, int T, int NH) {
     constexpr int KEYS = FLASH_DQ_KEYS, TILE = KEYS * HS;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of {K tile, V tile}, then (!HOLD) the Q and dO tiles
@@ -2031,9 +2031,9 @@ __device__ __forceinline__ void dkdv_tile(float dk[HS / 16][2][4], float dv[HS /
 
 // dK, dV: one CTA per 64 keys of a head, looping over query tiles from the diagonal to T.
 template <AttentionKind KIND, int HS, bool SPLIT>
-__global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT))
-    flash_backward_dkdv_kernel(float* dqkv_t, float* bias_partials, const float* dout, const float* qkv,
-                               const float* lse, const float* delta, int T, int NH) {
+__global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT)) flash_backward_dkdv_kernel(
+    float* dqkv_t, float* bias_partials, const float* dout, const float* qkv, const float* lse, const float* delta,
+    int T, int NH) {
     constexpr int QUERIES = flash_dkdv_queries(HS, SPLIT), TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of load_query_stage, then (!HOLD) the K and V tiles
@@ -2222,9 +2222,9 @@ static const int DECODE_CHUNK = 32;     // positions per block: many blocks, so 
 static const int DECODE_THREADS = 128;  // hs divides it: 128 / hs groups of positions for the values
 
 template <int HS>  // the head size, 32, 64 or 128: the loops over it unroll, every load in flight at once
-__global__ void __launch_bounds__(DECODE_THREADS)
-    attention_decode_kernel(float* out, float* partials, unsigned int* counters, float* kv, const float* qkv,
-                            const int* position, int maxT, int NH, AttentionKind kind) {
+__global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel(
+    float* out, float* partials, unsigned int* counters, float* kv, const float* qkv, const int* position, int maxT,
+    int NH, AttentionKind kind) {
     constexpr int hs = HS, groups = DECODE_THREADS / hs;
     __shared__ __align__(16) float q[hs], k_new[hs];
     __shared__ float v_new[hs], p[DECODE_CHUNK], sums[DECODE_THREADS];
@@ -2566,9 +2566,9 @@ __device__ unsigned int largest_key_where(Fn fn) {
 
 // logits (M, Vp): row m is completion m's. Writes the token to next_tokens[m] (the next step's
 // input) and to tokens[m * maxT + pos + 1].
-__global__ void __launch_bounds__(SAMPLE_THREADS)
-    sample_kernel(int* next_tokens, int* tokens, const float* logits, const SamplingParams* params,
-                  const int* position, int V, int Vp, int maxT) {
+__global__ void __launch_bounds__(SAMPLE_THREADS) sample_kernel(
+    int* next_tokens, int* tokens, const float* logits, const SamplingParams* params, const int* position, int V,
+    int Vp, int maxT) {
     __shared__ float inclusive[SAMPLE_THREADS];
     int m = blockIdx.x, tid = threadIdx.x, pos = *position;
     int per_thread = ceil_div(V, SAMPLE_THREADS), begin = min(tid * per_thread, V), end = min(begin + per_thread, V);
@@ -3441,7 +3441,7 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
 
 // Forward pass over inputs (B, T) (host, ids < V; B * T within the allocated activations). With
 // targets, adds loss_weight x the mean loss to the device loss sum (gpt2_reset_loss,
-// gpt2_read_loss) and leaves each position's loss in acts.losses; with_grads also computes the
+// gpt2_read_stats) and leaves each position's loss in acts.losses; with_grads also computes the
 // classifier's gradients for gpt2_backward, scaled as the gradient of loss_weight x the mean loss
 // (1/micro-steps when accumulating). Nothing here waits for the GPU.
 static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_weight = 1.0f,
