@@ -3496,7 +3496,8 @@ static void gpt2_send_gradient_buckets(GPT2* model) {
             add_inplace(model->grads_memory + range.begin, model->micro_grads_memory + range.begin,
                         range.end - range.begin, comm->stream);
         }
-        comm_post(comm, model->to_owners[k], model->grads_memory, model->received);
+        bool layer = k + 1 < model->grad_buckets.size();  // the last bucket's move is not overlapped
+        comm_post(comm, model->to_owners[k], model->grads_memory, model->received, layer);
     }
 }
 
@@ -3637,7 +3638,8 @@ static void gpt2_backward(GPT2* model) {
 // each bucket's arrival marked for the forward pass (gpt2_forward_layers) to wait for.
 static void gpt2_gather_parameters(GPT2* model) {
     for (size_t k = model->grad_buckets.size(); k-- > 0;) {
-        comm_post(&g_comm, model->from_owners[k], model->params_memory, model->params_memory);
+        bool layer = k + 1 < model->grad_buckets.size();  // the forward pass waits for the last bucket first
+        comm_post(&g_comm, model->from_owners[k], model->params_memory, model->params_memory, layer);
         cudaCheck(cudaEventRecord(model->gather_done[k], g_comm.stream));
     }
 }
@@ -3683,7 +3685,7 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
         size_t owned = shard->end - shard->begin;
         stream_waits(comm->stream, 0, model->comm_joined);
         if (!model->overlap_grads) {
-            comm_post(comm, model->all_to_owners, model->grads_memory, model->received);
+            comm_post(comm, model->all_to_owners, model->grads_memory, model->received, false);
         }
         if (owned > 0) { ordered_sum(model->grads_memory + shard->begin, model->received, owned, owned, comm); }
         gpt2_wait_for_comm(model, marks(0));

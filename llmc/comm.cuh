@@ -22,6 +22,8 @@ struct Comm {
     cudaStream_t stream;  // where the collectives and the gradient buckets' work run (NULL: the main stream)
 #ifdef USE_NCCL
     ncclComm_t nccl;
+    ncclComm_t nccl_background;  // the same ranks with few CTAs, for moves that overlap computation
+                                 // (comm_post's background; nullptr: they use nccl)
 #endif
 };
 
@@ -72,6 +74,18 @@ static ncclConfig_t comm_config() {
     return config;
 }
 #endif
+
+// The CTAs (thread blocks on the GPU's multiprocessors) that NCCL may use for the moves that
+// overlap computation, so that they take few multiprocessors from it: GPT2_NCCL_BACKGROUND_CTAS,
+// default 4; 0 runs them like the others.
+static int comm_background_ctas() {
+    const char* ctas = getenv("GPT2_NCCL_BACKGROUND_CTAS");
+    if (ctas == nullptr) { return 4; }
+    char* end = nullptr;
+    long n = strtol(ctas, &end, 10);
+    if (*ctas == '\0' || *end != '\0' || n < 0 || n > 64) { fail("GPT2_NCCL_BACKGROUND_CTAS=%s: must be 0..64", ctas); }
+    return (int)n;
+}
 
 // Whether the buffers that NCCL moves are registered as symmetric windows (GPT2_NCCL_WINDOWS=1),
 // which lets NCCL 2.28 move them with the copy engines under the zero-CTA policy.
@@ -146,6 +160,11 @@ static void comm_init(Comm* comm, const LaunchInfo* me, const char* rendezvous_d
     }
     ncclConfig_t config = comm_config();
     ncclCheck(ncclCommInitRankConfig(&comm->nccl, me->world, id, me->rank, &config));
+    int background_ctas = comm_background_ctas();
+    if (background_ctas > 0) {
+        config.maxCTAs = background_ctas;
+        ncclCheck(ncclCommSplit(comm->nccl, 0, me->rank, &comm->nccl_background, &config));
+    }
 #endif
 }
 
@@ -200,21 +219,24 @@ static void comm_all_gather(const Comm* comm, float* buffer, size_t count) {
 static const size_t COMM_MESSAGE_FLOATS = (size_t)1 << 24;
 
 // Posts this rank's messages of a move (llmc/zero.h's zero_messages) as one NCCL group on
-// comm->stream: sends read from `source`, receives write into `dest`.
-static void comm_post(const Comm* comm, const std::vector<ZeroMessage>& messages, const float* source, float* dest) {
+// comm->stream: sends read from `source`, receives write into `dest`. background: a move that
+// overlaps computation, through the communicator with few CTAs.
+static void comm_post(const Comm* comm, const std::vector<ZeroMessage>& messages, const float* source, float* dest,
+                      bool background) {
     if (comm->world == 1 || messages.empty()) { return; }
 #ifdef USE_NCCL
+    ncclComm_t nccl = background && comm->nccl_background != nullptr ? comm->nccl_background : comm->nccl;
     ncclCheck(ncclGroupStart());
     for (const ZeroMessage& m : messages) {
         if (m.send) {
-            ncclCheck(ncclSend(source + m.offset, m.count, ncclFloat, m.peer, comm->nccl, comm->stream));
+            ncclCheck(ncclSend(source + m.offset, m.count, ncclFloat, m.peer, nccl, comm->stream));
         } else {
-            ncclCheck(ncclRecv(dest + m.offset, m.count, ncclFloat, m.peer, comm->nccl, comm->stream));
+            ncclCheck(ncclRecv(dest + m.offset, m.count, ncclFloat, m.peer, nccl, comm->stream));
         }
     }
     ncclCheck(ncclGroupEnd());
 #else
-    (void)source, (void)dest;
+    (void)source, (void)dest, (void)background;
 #endif
 }
 
@@ -306,6 +328,7 @@ static void comm_free(Comm* comm) {
 #ifdef USE_NCCL
     if (comm->world > 1) {
         liveness_finish();
+        if (comm->nccl_background != nullptr) { ncclCommDestroy(comm->nccl_background); }
         ncclCommDestroy(comm->nccl);
     }
 #endif

@@ -258,8 +258,8 @@ checks_at_2_only() {
     grep -qE '^exposed communication: [0-9.]+ ms per step' "$work/accum_a.log"
 
   # launchers, each with another NCCL or overlap switch: the switches must not change the bits
-  two_ranks "$work/torchrun.log" "GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1" $flags $same
-  check "torchrun-style variables (GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1): bit for bit" \
+  two_ranks "$work/torchrun.log" "GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1 GPT2_NCCL_BACKGROUND_CTAS=0" $flags $same
+  check "torchrun-style variables (CTA policy zero, windows, no background communicator): bit for bit" \
     same_or_show "$one" "$work/torchrun.log"
   two_ranks "$work/filerdv.log" "GPT2_OVERLAP=0 GPT2_NCCL_MAX_CTAS=4" $flags $same --rendezvous-dir "$work/rdv"
   check "file rendezvous (GPT2_OVERLAP=0 GPT2_NCCL_MAX_CTAS=4): bit for bit" same_or_show "$one" "$work/filerdv.log"
