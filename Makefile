@@ -126,6 +126,8 @@ test: all $(TRAIN_DATA)
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
 	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
+	./test_gpt2_fp32 -f 2 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
+	./test_gpt2_fp32 -f 2 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
 	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/hf_tiny -s $(FIXTURES)/hf_tiny_classic_state.bin
 	./test_gpt2_fp32 --decode
 	dev/test/test_training_runs.sh

@@ -20,7 +20,7 @@ bundled small fixture.
 #include "llmc/debug_state.h"  // defines: DebugState, the reference's debug state file, read and checked
 
 // Tolerances: errors are max |ours - reference| relative to the tensor's largest |reference|
-// (the loss ones are absolute). Full FP32 (-f 0): the reference is FP32 too and only the order of
+// (the loss ones are absolute). FP32 (-f 0 split TF32, -f 2 plain): the reference is FP32 too and only the order of
 // the float sums differs (cuBLAS tiling, warp trees). Measured on the H200: logits 2e-6, losses
 // 3e-6, gradients 1e-6 on the small fixtures and up to 8.4e-5 on GPT-2 124M (wpe, ln1w, qkvw: sums
 // over 2048 positions with cancellation); the tolerances leave 5-10x headroom over those. A real
@@ -49,8 +49,8 @@ static bool report(const char* name, double error, double scale, double toleranc
 
 // logits[0..n) of row `row` of the last chunk of the model's last forward pass without targets.
 static void gpt2_read_logits(const GPT2* model, size_t row, int n, float* logits) {
-    size_t rows = (size_t)model->B * model->T % CLASSIFIER_CHUNK_ROWS;
-    if (rows == 0) { rows = std::min((size_t)model->B * model->T, CLASSIFIER_CHUNK_ROWS); }
+    size_t rows = (size_t)model->B * model->T % classifier_chunk_rows();
+    if (rows == 0) { rows = std::min((size_t)model->B * model->T, classifier_chunk_rows()); }
     cudaCheck(cudaMemcpy2D(logits, sizeof(float), model->acts.logits + row, rows * sizeof(float), sizeof(float), n,
                            cudaMemcpyDeviceToHost));
 }
@@ -195,21 +195,23 @@ static const char* const FIXTURE_STATE = "dev/test/fixtures/gpt2_small_softmax_s
 int main(int argc, char** argv) {
     const char* model_path = NULL;
     const char* state_path = NULL;
-    int use_tf32 = 0;
-    const char* usage = "usage: test_gpt2_fp32 [-m MODEL -s STATE] [-f 0|1] | --decode";
+    int precision = MATMUL_SPLIT_TF32;
+    const char* usage = "usage: test_gpt2_fp32 [-m MODEL -s STATE] [-f 0|1|2] | --decode";
     if (argc == 2 && strcmp(argv[1], "--decode") == 0) {
-        if (!cuda_setup(false)) {
+        if (!cuda_setup(MATMUL_FP32)) {
             printf("SKIPPED (no GPU): test_gpt2_fp32 --decode\n");
             return 0;
         }
         return run_decode_checks();
     }
-    auto is_bit = [](const char* value) { return strcmp(value, "0") == 0 || strcmp(value, "1") == 0; };
+    auto is_precision = [](const char* value) {
+        return strcmp(value, "0") == 0 || strcmp(value, "1") == 0 || strcmp(value, "2") == 0;
+    };
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { fail("flag %s needs a value (%s)", argv[i], usage); }
         if (strcmp(argv[i], "-m") == 0) { model_path = argv[i + 1]; }
         else if (strcmp(argv[i], "-s") == 0) { state_path = argv[i + 1]; }
-        else if (strcmp(argv[i], "-f") == 0 && is_bit(argv[i + 1])) { use_tf32 = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-f") == 0 && is_precision(argv[i + 1])) { precision = atoi(argv[i + 1]); }
         else { fail("unknown flag or value %s %s (%s)", argv[i], argv[i + 1], usage); }
     }
     if ((model_path == NULL) != (state_path == NULL)) { fail("flags -m and -s go together (%s)", usage); }
@@ -227,17 +229,17 @@ int main(int argc, char** argv) {
     GPT2Config config = read_model(model_path, &parameters);
     DebugState st;
     ModelShape shape = shape_from_config(&config);
-    debug_state_read(&st, state_path, &shape, CLASSIFIER_CHUNK_ROWS);
-    if (!cuda_setup(use_tf32 == 1)) {
+    debug_state_read(&st, state_path, &shape, classifier_chunk_rows());
+    if (!cuda_setup(precision)) {
         printf("SKIPPED (no GPU): test_gpt2_fp32 %s\n", state_path);
         return 0;
     }
     GPT2 model;
     gpt2_build_from_parameters(&model, &config, parameters);
     const GPT2Config* c = &model.config;
-    const Tolerances tol = use_tf32 ? TF32_TOLERANCES : FP32_TOLERANCES;
+    const Tolerances tol = precision == MATMUL_TF32 ? TF32_TOLERANCES : FP32_TOLERANCES;
     printf("test_gpt2_fp32: %s (version %d), %s attention, %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n",
-           state_path, st.version, attention_name(c->attention), use_tf32 ? "TF32" : "FP32", st.B, st.T,
+           state_path, st.version, attention_name(c->attention), precision_name(precision), st.B, st.T,
            c->num_layers, c->num_heads, c->channels, c->vocab_size, c->padded_vocab_size);
     printf("%-22s %12s %12s %12s  %-8s %s\n", "check", "ref scale", "error", "tolerance", "kind", "");
     gpt2_allocate_activations(&model, st.B, st.T);
@@ -246,7 +248,7 @@ int main(int argc, char** argv) {
     auto count = [&](bool ok) { checks++; failures += ok ? 0 : 1; };
 
     // logits of the initial model (including the padded columns, which must be 0)
-    if (BT > CLASSIFIER_CHUNK_ROWS) { fail("%s: B*T = %zu is over the %zu logit rows kept", state_path, BT, CLASSIFIER_CHUNK_ROWS); }
+    if (BT > classifier_chunk_rows()) { fail("%s: B*T = %zu is over the %zu logit rows kept", state_path, BT, classifier_chunk_rows()); }
     gpt2_forward(&model, st.inputs.data(), NULL, st.B, st.T);
     std::vector<float> logits(BT * c->padded_vocab_size);
     for (size_t row = 0; row < BT; row++) {

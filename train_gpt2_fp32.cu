@@ -1,6 +1,6 @@
 /*
 GPT-2 training in CUDA C++: FP32 weights and activations, TF32 tensor cores for matrix products
-(full FP32 with -f 0). Every forward and backward kernel, the model and the training loop, and
+(FP32-accurate split TF32 products with -f 0, cuBLAS's plain FP32 with -f 2). Every forward and backward kernel, the model and the training loop, and
 generation with a KV cache (--prompt) and multiple-choice evaluation (--eval) for using the model.
 
 Layouts (all row-major, float32):
@@ -71,7 +71,14 @@ static const float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * LOG2E)
 
 static int g_num_sms;                 // multiprocessors of the device, for persistent-style grids
 static char g_device_name[256];
-static bool g_use_tf32 = true;        // TF32 tensor cores in the matrix products (-f)
+// The matrix products' arithmetic (-f, whose values these are; saved in checkpoints): FP32 accuracy
+// from split TF32 products on the tensor cores, TF32, or cuBLAS's plain FP32 (no tensor cores).
+typedef enum { MATMUL_SPLIT_TF32 = 0, MATMUL_TF32 = 1, MATMUL_FP32 = 2 } MatmulPrecision;
+static MatmulPrecision g_precision = MATMUL_TF32;
+
+static const char* precision_name(int precision) {
+    return precision == MATMUL_SPLIT_TF32 ? "FP32 (split TF32)" : precision == MATMUL_TF32 ? "TF32" : "FP32 (plain)";
+}
 static cublasLtHandle_t g_cublaslt;
 static void* g_cublaslt_workspace;
 // The backward pass queues the weight gradients on a second stream, where they overlap the main
@@ -702,7 +709,7 @@ typedef struct {
     cublasLtMatmulAlgo_t algo;
 } MatmulPlan;
 
-static std::map<std::array<int64_t, 12>, MatmulPlan> g_matmul_plans;
+static std::map<std::array<int64_t, 14>, MatmulPlan> g_matmul_plans;
 
 static cublasLtMatrixLayout_t make_layout(int rows, int cols, int ld, int batch, size_t stride) {
     cublasLtMatrixLayout_t layout;
@@ -725,24 +732,35 @@ static uint32_t common_alignment(std::initializer_list<uint64_t> byte_values) {
     return alignment;
 }
 
-static MatmulPlan* matmul_plan(int m, int n, int k, bool trans_a, bool trans_b, bool has_bias, int batch,
-                               size_t stride_a, size_t stride_b, size_t stride_out, uint32_t alignment) {
-    std::array<int64_t, 12> key = {m, n, k, trans_a, trans_b, has_bias, batch, (int64_t)stride_a, (int64_t)stride_b,
-                                   (int64_t)stride_out, alignment, g_use_tf32};
+// One product's shape: out (m x n) = op(A) (m x k) op(B) (k x n), A and B with leading dimensions
+// lda and ldb, batch products stride_* floats apart; tf32: on the tensor cores.
+typedef struct {
+    int m, n, k;
+    bool trans_a, trans_b;
+    int lda, ldb, batch;
+    size_t stride_a, stride_b, stride_out;
+    bool tf32;
+} MatmulShape;
+
+static MatmulPlan* matmul_plan(const MatmulShape& s, bool has_bias, uint32_t alignment) {
+    std::array<int64_t, 14> key = {s.m, s.n, s.k, s.trans_a, s.trans_b, s.lda, s.ldb, has_bias, s.batch,
+                                   (int64_t)s.stride_a, (int64_t)s.stride_b, (int64_t)s.stride_out, alignment, s.tf32};
     auto found = g_matmul_plans.find(key);
     if (found != g_matmul_plans.end()) { return &found->second; }
 
     MatmulPlan plan;
-    cublasComputeType_t compute = g_use_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute = s.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasCheck(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
-    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     cublasLtEpilogue_t epilogue = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    plan.a_layout = trans_a ? make_layout(k, m, k, batch, stride_a) : make_layout(m, k, m, batch, stride_a);
-    plan.b_layout = trans_b ? make_layout(n, k, n, batch, stride_b) : make_layout(k, n, k, batch, stride_b);
-    plan.out_layout = make_layout(m, n, m, batch, stride_out);
+    plan.a_layout = s.trans_a ? make_layout(s.k, s.m, s.lda, s.batch, s.stride_a)
+                              : make_layout(s.m, s.k, s.lda, s.batch, s.stride_a);
+    plan.b_layout = s.trans_b ? make_layout(s.n, s.k, s.ldb, s.batch, s.stride_b)
+                              : make_layout(s.k, s.n, s.ldb, s.batch, s.stride_b);
+    plan.out_layout = make_layout(s.m, s.n, s.m, s.batch, s.stride_out);
 
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
@@ -758,21 +776,20 @@ static MatmulPlan* matmul_plan(int m, int n, int k, bool trans_a, bool trans_b, 
                                                plan.out_layout, preference, 1, &heuristic, &found_count));
     cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
     if (found_count == 0) {
-        fail("cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d bias=%d batch=%d", m, n, k, trans_a,
-             trans_b, has_bias, batch);
+        fail("cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d bias=%d batch=%d", s.m, s.n, s.k,
+             s.trans_a, s.trans_b, has_bias, s.batch);
     }
     plan.algo = heuristic.algo;
     return &(g_matmul_plans[key] = plan);
 }
 
-static void matmul(float* out, const float* a, const float* b, const float* bias, int m, int n, int k, bool trans_a,
-                   bool trans_b, float alpha, float beta, int batch = 1, size_t stride_a = 0, size_t stride_b = 0,
-                   size_t stride_out = 0, cudaStream_t stream = 0) {
-    uint32_t alignment = common_alignment({(uint64_t)out, (uint64_t)a, (uint64_t)b, (uint64_t)bias, 4ull * m,
-                                           4ull * (trans_a ? k : m), 4ull * (trans_b ? n : k), 4 * stride_a,
-                                           4 * stride_b, 4 * stride_out});
-    MatmulPlan* plan = matmul_plan(m, n, k, trans_a, trans_b, bias != NULL, batch, stride_a, stride_b, stride_out,
-                                   alignment);
+// One cuBLASLt call: out = alpha op(A) op(B) + beta out [+ bias].
+static void matmul_call(float* out, const float* a, const float* b, const float* bias, const MatmulShape& s,
+                        float alpha, float beta, cudaStream_t stream) {
+    uint32_t alignment = common_alignment({(uint64_t)out, (uint64_t)a, (uint64_t)b, (uint64_t)bias, 4ull * s.m,
+                                           4ull * s.lda, 4ull * s.ldb, 4 * s.stride_a, 4 * s.stride_b,
+                                           4 * s.stride_out});
+    MatmulPlan* plan = matmul_plan(s, bias != NULL, alignment);
     if (bias != NULL) {
         cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
@@ -782,6 +799,112 @@ static void matmul(float* out, const float* a, const float* b, const float* bias
                                plan->out_layout, out, plan->out_layout, &plan->algo,
                                stream == g_side_stream ? g_side_workspace : g_cublaslt_workspace,
                                CUBLASLT_WORKSPACE_SIZE, stream == 0 ? cudaStreamPerThread : stream));
+}
+
+// Round to nearest (ties away) to TF32 for finite x: the tensor cores then read the top 19 bits.
+__device__ __forceinline__ float tf32_round(float x) {
+    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+}
+
+// Split TF32 (-f 0): x = hi + lo, hi = tf32_round(x) and lo = tf32_round(x - hi), both exact TF32
+// values, so that a TF32 product reads them whole; hi lo + lo hi + hi hi (the dropped lo lo under
+// 2^-22 of |x y|) is as accurate as an FP32 product. Each of batch matrices in (rows, cols), in_stride
+// floats apart, goes to hi and lo with leading dimension ld, out_stride floats apart.
+__global__ void split_tf32_kernel(float* hi, float* lo, const float* in, int rows, int cols, size_t ld,
+                                  size_t in_stride, size_t out_stride) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)rows * cols) { return; }
+    size_t row = i / cols, out = blockIdx.y * out_stride + row * ld + i % cols;
+    float x = in[blockIdx.y * in_stride + i];
+    float x_hi = tf32_round(x);
+    hi[out] = x_hi;
+    lo[out] = tf32_round(x - x_hi);
+}
+
+static void split_tf32(float* hi, float* lo, const float* in, int rows, int cols, size_t ld, int batch,
+                       size_t in_stride, size_t out_stride, cudaStream_t stream = 0) {
+    dim3 grid(ceil_div((size_t)rows * cols, 256), batch);
+    split_tf32_kernel<<<grid, 256, 0, stream>>>(hi, lo, in, rows, cols, ld, in_stride, out_stride);
+    cudaCheck(cudaGetLastError());
+}
+
+// The split products' operands, made per product into scratch of the stream: [0] the main
+// stream's, [1] the side stream's (split_scratch_reserve).
+static float* g_split_scratch[2];
+static size_t g_split_scratch_floats[2];
+
+static void split_scratch_reserve(size_t main_floats, size_t side_floats) {
+    size_t wanted[2] = {main_floats, side_floats};
+    for (int i = 0; i < 2; i++) {
+        if (wanted[i] <= g_split_scratch_floats[i]) { continue; }
+        if (g_split_scratch[i] != NULL) { device_free(g_split_scratch[i], g_split_scratch_floats[i] * sizeof(float)); }
+        g_split_scratch[i] = (float*)device_malloc(wanted[i] * sizeof(float), "split TF32 operands");
+        g_split_scratch_floats[i] = wanted[i];
+    }
+}
+
+// An operand of a split product, its summed dimension doubled: the two parts side by side, in
+// rows of 2 x summed values when the summed dimension is the contiguous one, else stacked.
+typedef struct {
+    float* data;
+    int ld;
+    size_t stride;     // between batch matrices
+    size_t hi_offset;  // where the hi part starts, as an operand of summed dimension k and leading dimension ld
+} SplitOperand;
+
+// x: batch matrices stride floats apart, each (other, summed) if summed_contiguous, else (summed,
+// other); hi_first: [hi | lo], else [lo | hi].
+static SplitOperand split_operand(float* scratch, const float* x, int summed, int other, bool summed_contiguous,
+                                  bool hi_first, int batch, size_t stride, cudaStream_t stream) {
+    SplitOperand op;
+    op.data = scratch;
+    op.stride = 2 * (size_t)summed * other;
+    op.ld = summed_contiguous ? 2 * summed : other;
+    size_t second = summed_contiguous ? summed : (size_t)summed * other;  // where the second part starts
+    op.hi_offset = hi_first ? 0 : second;
+    float* hi = scratch + op.hi_offset;
+    float* lo = scratch + (hi_first ? second : 0);
+    int rows = summed_contiguous ? other : summed, cols = summed_contiguous ? summed : other;
+    split_tf32(hi, lo, x, rows, cols, op.ld, batch, stride, op.stride, stream);
+    return op;
+}
+
+// The product in split TF32: A = [A_hi | A_lo] and B = [B_lo ; B_hi] along a doubled summed
+// dimension give the small terms A_hi B_lo + A_lo B_hi in one TF32 product, then A_hi B_hi is
+// added (beta = 1), with the bias.
+static void matmul_split(float* out, const float* a, const float* b, const float* bias, MatmulShape s, float alpha,
+                         float beta, cudaStream_t stream) {
+    int slot = stream == g_side_stream ? 1 : 0;
+    size_t a_floats = 2 * (size_t)s.m * s.k * s.batch, b_floats = 2 * (size_t)s.k * s.n * s.batch;
+    if (a_floats + b_floats > g_split_scratch_floats[slot]) {
+        fail("matmul: split TF32 operands of m=%d n=%d k=%d batch=%d exceed the reserved scratch", s.m, s.n, s.k,
+             s.batch);
+    }
+    float* scratch = g_split_scratch[slot];
+    SplitOperand sa = split_operand(scratch, a, s.k, s.m, s.trans_a, true, s.batch, s.stride_a, stream);
+    SplitOperand sb = split_operand(scratch + a_floats, b, s.k, s.n, !s.trans_b, false, s.batch, s.stride_b, stream);
+    s.lda = sa.ld;
+    s.ldb = sb.ld;
+    s.stride_a = sa.stride;
+    s.stride_b = sb.stride;
+    s.tf32 = true;
+    MatmulShape cross = s;
+    cross.k = 2 * s.k;
+    matmul_call(out, sa.data, sb.data, NULL, cross, alpha, beta, stream);
+    matmul_call(out, sa.data + sa.hi_offset, sb.data + sb.hi_offset, bias, s, alpha, 1.0f, stream);
+}
+
+// out = alpha op(a) op(b) + beta out [+ bias] in the precision g_precision, operands stored densely.
+static void matmul(float* out, const float* a, const float* b, const float* bias, int m, int n, int k, bool trans_a,
+                   bool trans_b, float alpha, float beta, int batch = 1, size_t stride_a = 0, size_t stride_b = 0,
+                   size_t stride_out = 0, cudaStream_t stream = 0) {
+    MatmulShape s = {m, n, k, trans_a, trans_b, trans_a ? k : m, trans_b ? n : k, batch, stride_a, stride_b,
+                     stride_out, g_precision == MATMUL_TF32};
+    if (g_precision == MATMUL_SPLIT_TF32) {
+        matmul_split(out, a, b, bias, s, alpha, beta, stream);
+    } else {
+        matmul_call(out, a, b, bias, s, alpha, beta, stream);
+    }
 }
 
 // Linear layer forward: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias optional.
@@ -1140,13 +1263,8 @@ __host__ __device__ constexpr bool flash_holds_rows(int hs) { return hs <= 64; }
 // ----------------------------------------------------------------------------------------------
 // Tensor-core and copy primitives
 
-// Round to nearest (ties away) to TF32 for finite x: the tensor cores then read the top 19 bits.
-__device__ __forceinline__ float tf32_round(float x) {
-    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-}
-
-// tf32_round as the tensor cores see it: they read only the top 19 bits, so the carry into them
-// is all the rounding needs (one instruction; the low bits are left, not cleared).
+// tf32_round (see the matrix products) as the tensor cores see it: they read only the top 19 bits,
+// so the carry into them is all the rounding needs (one instruction; the low bits are left, not cleared).
 __device__ __forceinline__ float tf32_round_for_mma(float x) { return __uint_as_float(__float_as_uint(x) + 0x1000u); }
 
 // An operand held in registers: rounded to TF32, or kept whole for the split products.
@@ -2906,8 +3024,9 @@ typedef struct {
 } LayerWeightsT;
 
 // The classifier works on this many rows of logits at a time (1.6 GB at Vp = 50304); the lab
-// measured the LM head 7% slower in chunks of 4096 rows, 33% in chunks of 2048.
-static const size_t CLASSIFIER_CHUNK_ROWS = 8192;
+// measured the LM head 7% slower in chunks of 4096 rows, 33% in chunks of 2048. Split TF32 takes
+// 4096: its products' split copies of the logits (2 x the chunk) then stay within memory.
+static size_t classifier_chunk_rows() { return g_precision == MATMUL_SPLIT_TF32 ? 4096 : 8192; }
 
 // dlnf (rows, C) = dlogits @ wte sums over the whole vocabulary into only rows x C outputs: as one
 // product it leaves multiprocessors idle (H100, 4096 rows: 0.73 waves of tiles, 0.93 ms), so it runs
@@ -2925,7 +3044,7 @@ static void transpose_wte(float* wte_t, const float* wte, int Vp, int C) {
 // The activations: what the forward pass keeps for the backward pass, and the scratch of each
 // phase of a step. The three phases (the forward's layers, the LM head, the backward pass) run
 // one after another on the main stream, so their scratch tensors share one region
-// (layout_activations). R = min(B*T, CLASSIFIER_CHUNK_ROWS).
+// (layout_activations). R = min(B*T, classifier_chunk_rows()).
 typedef struct {
     // kept
     float* encoded;    // (B, T, C)
@@ -2970,7 +3089,7 @@ static size_t layout_activations(ActivationTensors* acts, float* memory, const G
                                  bool recompute_residual2) {
     enum Phase { KEPT, LAYERS, LM_HEAD, BACKWARD, NUM_PHASES };
     size_t C = config->channels, L = config->num_layers, NH = config->num_heads, BT = (size_t)B * T;
-    size_t R = std::min(BT, CLASSIFIER_CHUNK_ROWS), splits = lm_head_splits(config->padded_vocab_size);
+    size_t R = std::min(BT, classifier_chunk_rows()), splits = lm_head_splits(config->padded_vocab_size);
     struct { float** tensor; size_t size; Phase phase; } tensors[] = {
         {&acts->encoded, BT * C, KEPT}, {&acts->ln1_mean, L * BT, KEPT}, {&acts->ln1_rstd, L * BT, KEPT},
         {&acts->qkv, L * BT * 3 * C, KEPT}, {&acts->atty, L * BT * C, KEPT}, {&acts->lse, L * BT * NH, KEPT},
@@ -3273,6 +3392,16 @@ static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint6
     gpt2_transpose_wte(model);
 }
 
+// Split TF32's scratch for every product of a step over B x T tokens: two copies of both operands,
+// at most the fc layer's weight gradient (dfch_t, inp_t) and weight, on the side stream; the LM
+// head's, chunks of R rows (wte, logits, lnf), on the main stream.
+static void reserve_split_operands(const GPT2Config* c, int B, int T) {
+    size_t C = c->channels, Vp = c->padded_vocab_size, BT = (size_t)B * T;
+    size_t R = std::min(BT, classifier_chunk_rows());
+    size_t layer = 5 * C * BT + 4 * C * C, lm_head = Vp * (C + R) + C * R;
+    split_scratch_reserve(2 * std::max(layer, lm_head), 2 * layer);
+}
+
 // Activations and batch buffers for batches of at most B x T.
 static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     const GPT2Config* c = &model->config;
@@ -3281,6 +3410,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     snprintf(what, sizeof(what), "activations for B=%d, T=%d", B, T);
     model->acts_memory = (float*)device_malloc(model->num_activations * sizeof(float), what);
     layout_activations(&model->acts, model->acts_memory, c, B, T, model->recompute_residual2);
+    if (g_precision == MATMUL_SPLIT_TF32) { reserve_split_operands(c, B, T); }
     model->max_B = B;
     model->max_T = T;
     size_t BT = (size_t)B * T;
@@ -3353,7 +3483,7 @@ static void lm_head_chunk(float* logits_t, float* losses, float* scratch, float*
     matmul(dwte, lnf_t, logits_t, NULL, C, Vp, rows, true, false, 1.0f, dwte_accumulate ? 1.0f : 0.0f);
 }
 
-// The classifier over the rows of lnf in chunks of CLASSIFIER_CHUNK_ROWS (lm_head_chunk); with
+// The classifier over the rows of lnf in chunks of classifier_chunk_rows() (lm_head_chunk); with
 // grads, dlnf goes to acts.dbtc, each chunk's share before the next chunk reuses the logits
 // buffer. Without targets, acts.logits holds the last chunk's logits (gpt2_read_logits).
 static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, float loss_weight) {
@@ -3361,8 +3491,9 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
     int C = c->channels;
     size_t BT = (size_t)model->B * model->T;
     ActivationTensors a = model->acts;
-    for (size_t first = 0; first < BT; first += CLASSIFIER_CHUNK_ROWS) {
-        int rows = (int)std::min(CLASSIFIER_CHUNK_ROWS, BT - first);
+    size_t chunk_rows = classifier_chunk_rows();
+    for (size_t first = 0; first < BT; first += chunk_rows) {
+        int rows = (int)std::min(chunk_rows, BT - first);
         lm_head_chunk(a.logits, a.losses + first, a.classifier_scratch, a.dbtc + first * C, a.dlnf_partials,
                       with_grads ? model->grads.wte : NULL, first > 0, a.lnf_t, a.lnf + first * C, model->params.wte,
                       model->wte_t, with_targets ? model->targets + first : NULL, loss_weight / BT, rows, C,
@@ -3402,7 +3533,7 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
                               layer_residual2(model, l - 1), a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
         }
         matmul_forward(qkv, a.ln, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
-        flash_attention_forward(atty, a.lse + l * BT * NH, qkv, B, T, NH, C / NH, c->attention, !g_use_tf32);
+        flash_attention_forward(atty, a.lse + l * BT * NH, qkv, B, T, NH, C / NH, c->attention, g_precision != MATMUL_TF32);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
         layernorm_forward(a.ln, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, layer_residual2(model, l), residual,
                           a.dbtc, p.ln2w + l * C, p.ln2b + l * C, BT, C);
@@ -3603,7 +3734,7 @@ static void gpt2_backward_launches(GPT2* model) {
         matmul_backward_input(a.dbtc, a.dresidual, false, wt->attprojw, BT, C, C);
         if (l < L - 1) { main_waits_for(model->dqkv_t_read); }  // the layer above read dqkv_t
         flash_attention_backward(a.dqkv_t, g.qkvb + l * 3 * C, a.dbt4c, a.delta, a.dbtc, a.qkv + l * 3 * btc,
-                                 a.atty + l * btc, a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, !g_use_tf32);
+                                 a.atty + l * btc, a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, g_precision != MATMUL_TF32);
         side_waits_for_main();
         layernorm_transposed(a.inp_t, residual, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, p.ln1w + l * C,
                              p.ln1b + l * C, BT, C, side);
@@ -3949,7 +4080,7 @@ static int generator_run(GPT2* model, Generator* gen, int n, int max_new, int eo
 
 // Returns false when no CUDA device is usable (the tests then skip). The device is the one of
 // this node's rank local_rank (device 0 where a launcher shows each process one GPU).
-static bool cuda_setup(bool use_tf32, int local_rank = 0) {
+static bool cuda_setup(int precision, int local_rank = 0) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         cudaGetLastError();
@@ -3965,7 +4096,7 @@ static bool cuda_setup(bool use_tf32, int local_rank = 0) {
     g_pdl = prop.major >= 9;
     g_wgmma = runs_sm90a_code();
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
-    g_use_tf32 = use_tf32;
+    g_precision = (MatmulPrecision)precision;
     cublasCheck(cublasLtCreate(&g_cublaslt));
     g_cublaslt_workspace = device_malloc(CUBLASLT_WORKSPACE_SIZE, "cuBLASLt workspace");
     g_side_workspace = device_malloc(CUBLASLT_WORKSPACE_SIZE, "cuBLASLt workspace");
@@ -4139,7 +4270,7 @@ static void print_sample(GPT2* model, Generator* gen, const Tokenizer* tokenizer
 
 // --prompt: prints the completions, the first as it is generated, and the speed.
 static void generate_main(const TrainArgs* args) {
-    if (!cuda_setup(args->shape.use_tf32 == 1)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
+    if (!cuda_setup(args->shape.use_tf32)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
     GPT2 model;
     build_model(&model, args, NULL);
     const GPT2Config* c = &model.config;
@@ -4238,7 +4369,7 @@ static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, con
 // --eval with -x 0: evaluates the -e model and exits; no training data is read.
 static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
     const RunShape* r = &args->shape;
-    if (!cuda_setup(r->use_tf32 == 1, me->local_rank)) { fail("no CUDA GPU found: evaluation needs an NVIDIA GPU"); }
+    if (!cuda_setup(r->use_tf32, me->local_rank)) { fail("no CUDA GPU found: evaluation needs an NVIDIA GPU"); }
     comm_init(&g_comm, me, args->rendezvous_dir);
     GPT2 model;
     build_model(&model, args, NULL);
@@ -4355,7 +4486,7 @@ static void run_print_config(const Run* run, int val_B) {
               r->final_lr_frac);
     print_row("AdamW", "beta1 %g beta2 %g eps %g weight decay %g", r->beta1, r->beta2, r->eps, r->weight_decay);
     print_row("gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
-    print_row("matmul precision", "%s", g_use_tf32 ? "TF32 tensor cores" : "FP32");
+    print_row("matmul precision", "%s", precision_name(g_precision));
     print_row("seed", "%llu", (unsigned long long)r->seed);
     print_row("output", "%s", args->output_dir ? args->output_dir : "(none)");
     print_row("GPU", "%s, TF32 peak %s", g_device_name, run->peak_tflops > 0 ? "known" : "unknown (--peak-tflops)");
@@ -4422,7 +4553,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *args = parsed;
     signals_install();
     RunShape* r = &args->shape;
-    if (!cuda_setup(r->use_tf32 == 1, me->local_rank)) {
+    if (!cuda_setup(r->use_tf32, me->local_rank)) {
         fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+");
     }
     comm_init(&g_comm, me, args->rendezvous_dir);

@@ -108,7 +108,8 @@ static inline void args_print_usage(FILE* out) {
         "  -c WD       AdamW weight decay on the 2-D tensors (default 0.0)\n"
         "  --beta1 B1 --beta2 B2 --eps EPS   AdamW (default 0.9, 0.95, 1e-8)\n"
         "  -gc NORM    clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
-        "  -f 0|1      TF32 tensor cores for matrix products (default 1; 0 = full FP32)\n"
+        "  -f 0|1|2    matrix products: 1 TF32 tensor cores (default); 0 FP32 accuracy on the tensor cores\n"
+        "              (split TF32: three TF32 products); 2 cuBLAS's plain FP32, no tensor cores\n"
         "  -a 0|1      overfit a single batch (default 0)\n"
         "  -r 0|1      1 = recompute each layer's attention residual in the backward pass: L*B*T*C floats\n"
         "              less memory (2.5 GB for d48 at B=8) for one C x C product per layer, 2-3%% slower,\n"
@@ -325,7 +326,7 @@ static inline bool args_check_optimizer(const TrainArgs* a, std::string* e) {
            args_require(r->spike_window >= 2 && r->spike_window <= kOutlierCapacity, "--spike-window",
                         "must be in [2, 64]", e) &&
            args_require(a->max_skips >= 1, "--max-skips", "must be at least 1", e) &&
-           args_require(r->use_tf32 == 0 || r->use_tf32 == 1, "-f", "must be 0 or 1", e) &&
+           args_require(r->use_tf32 >= 0 && r->use_tf32 <= 2, "-f", "must be 0, 1 or 2", e) &&
            args_require(r->overfit_single_batch == 0 || r->overfit_single_batch == 1, "-a", "must be 0 or 1", e) &&
            args_require(a->recompute == 0 || a->recompute == 1, "-r", "must be 0 or 1", e);
 }

@@ -8,12 +8,14 @@
 # samples from step 3 to the end (the clock drops when a long run reaches the power limit).
 # --idle also runs our trainer for 12 steps under the kernel tracer (dev/profile/kernel_trace.cpp,
 # CUPTI): the time per step in which no kernel or copy ran on any stream, and what ran around the gaps.
-#   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [-r 0|1] [--no-torch] [--kernels] [--idle]
+#   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [-r 0|1] [-f 0|1|2] [--no-torch] [--kernels] [--idle]
 # e.g. the larger models' rows: scripts/bench.sh -e "d24" -b 16 -k softmax; scripts/bench.sh -e d48 -b 8 -k softmax
 # -r 1 runs our trainer with -r 1 (residual2 recomputed: less memory, a little slower); its rows say "/r1".
+# -f 0 or 2 (strict FP32) runs our trainer with that -f and PyTorch without --tf32 (matmul precision
+# 'highest'); its rows say "/f0" or "/f2".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-models="d12"; batches="4 8 16 32"; kinds="softmax relu"; steps=30; recompute=0; torch=1; kernels=0; idle=0
+models="d12"; batches="4 8 16 32"; kinds="softmax relu"; steps=30; recompute=0; precision=1; torch=1; kernels=0; idle=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -e) models=$2; shift 2 ;;
@@ -21,6 +23,7 @@ while [ $# -gt 0 ]; do
     -k) kinds=$2; shift 2 ;;
     -n) steps=$2; shift 2 ;;
     -r) recompute=$2; shift 2 ;;
+    -f) precision=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
     --kernels) kernels=1; shift ;;
     --idle) idle=1; shift ;;
@@ -74,7 +77,7 @@ for model in $models; do
     for B in $batches; do
       run=${model}_${kind}_$B
       run_sampled "$logs/ours_$run" ./train_gpt2_fp32 -e "$model" -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 \
-        -r "$recompute" -i "$data" || { echo "error: our trainer failed at $model B=$B $kind:"; tail -n 3 "$logs/ours_$run.log"; exit 1; }
+        -r "$recompute" -f "$precision" -i "$data" || { echo "error: our trainer failed at $model B=$B $kind:"; tail -n 3 "$logs/ours_$run.log"; exit 1; }
       read -r busy mhz watts <<< "$(gpu_stats "$logs/ours_$run")"
       ours_ms=$(grep '^average step' "$logs/ours_$run.log" | awk '{print $3}')
       ours_gb=$(grep '^GPU memory allocated' "$logs/ours_$run.log" | awk '{print $4}')
@@ -83,19 +86,20 @@ for model in $models; do
       torch_ms=-; torch_gb=-
       if [ "$torch" = 1 ]; then
         flash=$([ "$kind" = softmax ] && echo --flash || true)
+        tf32=$([ "$precision" = 1 ] && echo --tf32 || true)
         python3 train_gpt2.py --model "$model" --attn "$kind" --batch "$B" --seq-len 1024 --steps "$steps" --train-shards "$data" \
-          --compile --tf32 $flash > "$logs/torch_$run.log" 2>&1 \
+          --compile $tf32 $flash > "$logs/torch_$run.log" 2>&1 \
           || { echo "error: PyTorch failed at $model B=$B $kind:"; tail -n 3 "$logs/torch_$run.log"; exit 1; }
         torch_ms=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*ms_per_step=\([0-9.]*\).*/\1/')
         torch_gb=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*peak_mem_gb=\([0-9.]*\).*/\1/')
       fi
       if [ "$idle" = 1 ]; then
         CUDA_INJECTION64_PATH=build/libkernel_trace.so KERNEL_TRACE_REPORT="$logs/idle_$run.txt" ./train_gpt2_fp32 \
-          -e "$model" -A "$kind" -b "$B" -t 1024 -x 12 -v 0 -s 0 -r "$recompute" -i "$data" > /dev/null 2>&1 \
+          -e "$model" -A "$kind" -b "$B" -t 1024 -x 12 -v 0 -s 0 -r "$recompute" -f "$precision" -i "$data" > /dev/null 2>&1 \
           || { echo "error: the traced run failed at $model B=$B $kind"; exit 1; }
         traced+=("$model $kind B=$B:$logs/idle_$run.txt")
       fi
-      label=$model; [ "$recompute" = 1 ] && label=$model/r1
+      label=$model; [ "$recompute" = 1 ] && label=$label/r1; [ "$precision" != 1 ] && label=$label/f$precision
       rows+=("$label $kind $B $ours_ms $ours_mfu $ours_gb $torch_ms $torch_gb $busy $mhz $watts")
       echo "$model $kind B=$B: ours $ours_ms ms ($phases), $ours_gb GB, GPU busy $busy% at $mhz MHz, $watts W;" \
         "PyTorch $torch_ms ms, $torch_gb GB"

@@ -1668,7 +1668,7 @@ int main(int argc, char** argv) {
         if (v < 1 || v > 9) { fail("variant '%s': expected 1 to 9", argv[i]); }
         variants.push_back(v);
     }
-    if (!cuda_setup(true)) { fail("no CUDA device"); }
+    if (!cuda_setup(MATMUL_TF32)) { fail("no CUDA device"); }
     bool hopper = g_wgmma;
     if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9} : std::vector<int>{1, 2, 3}; }
     if (!hopper && std::any_of(variants.begin(), variants.end(), [](int v) { return v >= 4; })) {

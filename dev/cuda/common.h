@@ -54,7 +54,7 @@ static void lab_init(int argc, char** argv, int num_variants) {
         if (v < 1 || v > num_variants) { fail("variant '%s': expected a number from 1 to %d", argv[i], num_variants); }
         g_variants.push_back(v);
     }
-    if (!cuda_setup(true)) {
+    if (!cuda_setup(MATMUL_TF32)) {
         printf("SKIPPED: no CUDA device\n");
         exit(0);
     }
@@ -183,9 +183,10 @@ static std::vector<int> download_ints(const int* p, size_t n) {
 // ----------------------------------------------------------------------------------------------
 // Errors against the CPU reference
 
-// max |got - want| over max |want| of the values added; a non-finite value makes it infinite.
+// max |got - want| over max |want| of the values added; a non-finite value makes it infinite. The
+// mean error: mean |got - want| over mean |want|.
 typedef struct {
-    double max_diff, max_want;
+    double max_diff, max_want, sum_diff, sum_want;
     bool non_finite;
 } ErrorMeter;
 
@@ -193,10 +194,16 @@ static void error_add(ErrorMeter* e, float got, double want) {
     e->non_finite |= !isfinite(got);
     e->max_diff = std::max(e->max_diff, fabs((double)got - want));
     e->max_want = std::max(e->max_want, fabs(want));
+    e->sum_diff += fabs((double)got - want);
+    e->sum_want += fabs(want);
 }
 
 static double error_value(const ErrorMeter& e) {
     return e.non_finite ? INFINITY : e.max_diff / std::max(e.max_want, 1e-30);
+}
+
+static double error_mean(const ErrorMeter& e) {
+    return e.non_finite ? INFINITY : e.sum_diff / std::max(e.sum_want, 1e-30);
 }
 
 static double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
@@ -349,7 +356,7 @@ static int lt_heuristics(const LtPlan* plan, cublasLtMatmulHeuristicResult_t* re
 static LtPlan lt_plan(int m, int n, int k, bool trans_a, bool trans_b, cublasLtEpilogue_t epilogue, const void* bias,
                       const void* aux) {
     LtPlan plan = {};
-    cublasComputeType_t compute = g_use_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute = g_precision == MATMUL_FP32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
     cublasCheck(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));

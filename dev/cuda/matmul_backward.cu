@@ -12,7 +12,7 @@ contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights chang
              block of each column group adds them in order), transpose_matrices (inp_t), then
              matmul_backward_weight (dweight from dout_t, inp_t) and matmul_backward_input (dinp
              from weight_t, dout_t), cuBLASLt TF32
-  variant 3  the same in full FP32 (the trainer's -f 0)
+  variant 3  the same in cuBLAS's plain FP32, no tensor cores (the trainer's -f 2)
   variant 4  cuBLASLt TF32 on the operands as stored (dinp from the weight and dout, dweight from
              inp and dout), the bias gradient fused into the dweight product (BGRADB epilogue)
   Fusion (c), the MLP's down-projection backward and the GELU backward (fcproj: in 3072, out 768,
@@ -24,6 +24,10 @@ contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights chang
              gelu(fch)^T (the fcproj dweight product's input) and the fc bias gradient
   variant 7  as 2, each product with the fastest of cuBLASLt's first 16 heuristic algorithms,
              timed here on these shapes (autotuning, instead of the heuristic's first choice)
+  variant 8  as 2 in split TF32, FP32 accuracy on the tensor cores (the trainer's -f 0; see
+             matmul_forward.cu's variant 8)
+Variants 2, 3 and 8 also print dinp's and dweight's max and mean error (mean |out - ref| over mean
+|ref|) against FP64.
 
 After variant 2, its parts timed alone, and for comparison the layouts they replace: the dinp
 product from dout as stored and from the weight as stored, the dweight product from inp and dout
@@ -37,27 +41,30 @@ read and write.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 7;
+static const int NUM_VARIANTS = 8;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: thread per output, FP32",
     "2 trainer: bias_backward, inp_t, dweight + dinp GEMMs, TF32",
-    "3 trainer's launchers in FP32 (-f 0)",
+    "3 trainer's launchers in plain FP32 (-f 2)",
     "4 TF32, dbias by the dweight GEMM's BGRADB epilogue",
     "5 (c) fcproj dinp GEMM + DGELU_BGRAD epilogue",
     "6 (c) trainer's: dinp GEMM, bias_backward(gelu_inp)",
     "7 as 2, each GEMM autotuned over 16 cuBLASLt algorithms",
+    "8 trainer's launchers in split TF32 (-f 0)",
 };
 
-// Relative to each output's max |value|. FP32: sums of up to N = 8192 terms (naive: in sequence).
+// Relative to each output's max |value|. FP32: sums of up to N = 8192 terms (naive: in sequence);
+// split TF32 is held to the same.
 // TF32: both operands rounded to 10 mantissa bits, errors adding up at random over the sums.
 static const double FP32_TOLERANCE = 5e-5, TF32_TOLERANCE = 5e-3;
 static const int CHECKED_ROWS = 64, CHECKED_WEIGHTS = 4096;
 static const int AUTOTUNE_CANDIDATES = 16;
 
-static bool uses_tf32(int variant) { return variant != 1 && variant != 3; }
+static bool uses_tf32(int variant) { return variant != 1 && variant != 3 && variant != 8; }
+static bool precision_variant(int variant) { return variant == 2 || variant == 3 || variant == 8; }
 static bool gelu_pair(int variant) { return variant == 5 || variant == 6; }
-static bool writes_transposes(int variant) { return variant == 2 || variant == 3 || variant == 7; }  // dout_t, inp_t
+static bool writes_transposes(int variant) { return variant == 2 || variant == 3 || variant == 7 || variant == 8; }  // dout_t, inp_t
 
 // ----------------------------------------------------------------------------------------------
 
@@ -113,12 +120,12 @@ static void launch_variant(int variant, const Buffers& d) {
         naive_dweight_kernel<<<ceil_div((size_t)OC * C, 256), 256>>>(d.dweight, d.dout, d.inp, N, C, OC);
         naive_dbias_kernel<<<ceil_div(OC, 256), 256>>>(d.dbias, d.dout, N, OC);
         cudaCheck(cudaGetLastError());
-    } else if (variant == 2 || variant == 3) {
-        g_use_tf32 = variant == 2;
+    } else if (variant == 2 || variant == 3 || variant == 8) {
+        g_precision = variant == 2 ? MATMUL_TF32 : variant == 3 ? MATMUL_FP32 : MATMUL_SPLIT_TF32;
         bias_and_transposes(d);
         matmul_backward_weight(d.dweight, d.dout_t, d.inp_t, true, N, C, OC);
         matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
-        g_use_tf32 = true;
+        g_precision = MATMUL_TF32;
     } else if (variant == 4) {
         matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
         lt_run(&d.bgradb_plan, d.dweight, d.inp, d.dout, 0.0f);
@@ -214,6 +221,10 @@ static double check_fc(const Buffers& d, int variant) {
         for (size_t i = 0; i < dout_t.size(); i++) { error_add(&transpose_error, dout_t[i], dout[i % N * OC + i / N]); }
         for (size_t i = 0; i < inp_t.size(); i++) { error_add(&transpose_error, inp_t[i], inp[i % N * C + i / N]); }
     }
+    if (precision_variant(variant)) {
+        note("error against FP64, %s: dinp max %.2e mean %.2e, dweight max %.2e mean %.2e", VARIANT_NAMES[variant],
+             error_value(dinp_error), error_mean(dinp_error), error_value(dweight_error), error_mean(dweight_error));
+    }
     double error = std::max({error_value(dinp_error), error_value(dweight_error), error_value(dbias_error),
                              error_value(transpose_error)});
     return count_non_finite(d.dinp, (size_t)N * C) + count_non_finite(d.dweight, (size_t)OC * C) == 0 ? error : INFINITY;
@@ -284,6 +295,7 @@ int main(int argc, char** argv) {
     d.partials = gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * OC);
     d.counters = (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS);
     cudaCheck(cudaMemset(d.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
+    split_scratch_reserve(2 * (n_out + n_in), 0);  // variant 8: the dweight product's two operands
     d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.dbias, NULL);
     d.dgelu_plan = lt_plan(OC, N, C, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, d.dfcb, d.fch);
     d.dinp_plan = lt_plan(C, N, OC, true, true, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);      // weight_t, dout_t

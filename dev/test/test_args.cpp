@@ -147,7 +147,7 @@ TEST(error_messages) {
         {{"--spike-window", "1"}, "flag --spike-window: must be in [2, 64]"},
         {{"--spike-window", "65"}, "flag --spike-window: must be in [2, 64]"},
         {{"--max-skips", "0"}, "flag --max-skips: must be at least 1"},
-        {{"-f", "2"}, "flag -f: must be 0 or 1"},
+        {{"-f", "3"}, "flag -f: must be 0, 1 or 2"},
         {{"-a", "-1"}, "flag -a: must be 0 or 1"},
         {{"-r", "2"}, "flag -r: must be 0 or 1"},
         // output and checkpoints
