@@ -25,8 +25,10 @@ contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights chang
   variant 7  as 2, each product with the fastest of cuBLASLt's first 16 heuristic algorithms,
              timed here on these shapes (autotuning, instead of the heuristic's first choice)
   variant 8  as 2 in split TF32, FP32 accuracy on the tensor cores (the trainer's -f 0; see
-             matmul_forward.cu's variant 8)
-Variants 2, 3 and 8 also print dinp's and dweight's max and mean error (mean |out - ref| over mean
+             matmul_forward.cu's variant 8): hi hi in chunks of at most 256 summed values
+  variant 9  as 8, hi hi in one product
+  variant 10 as 8, hi hi in chunks of at most 384
+Variants 2, 3 and 8-10 also print dinp's and dweight's max and mean error (mean |out - ref| over mean
 |ref|) against FP64.
 
 After variant 2, its parts timed alone, and for comparison the layouts they replace: the dinp
@@ -41,7 +43,7 @@ read and write.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 8;
+static const int NUM_VARIANTS = 10;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: thread per output, FP32",
@@ -52,6 +54,8 @@ static const char* const VARIANT_NAMES[] = {
     "6 (c) trainer's: dinp GEMM, bias_backward(gelu_inp)",
     "7 as 2, each GEMM autotuned over 16 cuBLASLt algorithms",
     "8 trainer's launchers in split TF32 (-f 0)",
+    "9 as 8, hi hi in one product",
+    "10 as 8, hi hi in chunks of 384",
 };
 
 // Relative to each output's max |value|. FP32: sums of up to N = 8192 terms (naive: in sequence);
@@ -61,10 +65,10 @@ static const double FP32_TOLERANCE = 5e-5, TF32_TOLERANCE = 5e-3;
 static const int CHECKED_ROWS = 64, CHECKED_WEIGHTS = 4096;
 static const int AUTOTUNE_CANDIDATES = 16;
 
-static bool uses_tf32(int variant) { return variant != 1 && variant != 3 && variant != 8; }
-static bool precision_variant(int variant) { return variant == 2 || variant == 3 || variant == 8; }
+static bool uses_tf32(int variant) { return variant != 1 && variant != 3 && variant < 8; }
+static bool precision_variant(int variant) { return variant == 2 || variant == 3 || variant >= 8; }
 static bool gelu_pair(int variant) { return variant == 5 || variant == 6; }
-static bool writes_transposes(int variant) { return variant == 2 || variant == 3 || variant == 7 || variant == 8; }  // dout_t, inp_t
+static bool writes_transposes(int variant) { return variant == 2 || variant == 3 || variant >= 7; }  // dout_t, inp_t
 
 // ----------------------------------------------------------------------------------------------
 
@@ -120,11 +124,14 @@ static void launch_variant(int variant, const Buffers& d) {
         naive_dweight_kernel<<<ceil_div((size_t)OC * C, 256), 256>>>(d.dweight, d.dout, d.inp, N, C, OC);
         naive_dbias_kernel<<<ceil_div(OC, 256), 256>>>(d.dbias, d.dout, N, OC);
         cudaCheck(cudaGetLastError());
-    } else if (variant == 2 || variant == 3 || variant == 8) {
+    } else if (variant == 2 || variant == 3 || variant >= 8) {
         g_precision = variant == 2 ? MATMUL_TF32 : variant == 3 ? MATMUL_FP32 : MATMUL_SPLIT_TF32;
+        int trainer_chunk = g_split_chunk;
+        g_split_chunk = variant == 9 ? 0 : variant == 10 ? 384 : trainer_chunk;
         bias_and_transposes(d);
         matmul_backward_weight(d.dweight, d.dout_t, d.inp_t, true, N, C, OC);
         matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
+        g_split_chunk = trainer_chunk;
         g_precision = MATMUL_TF32;
     } else if (variant == 4) {
         matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
