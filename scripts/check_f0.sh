@@ -2,7 +2,9 @@
 # Split TF32 (-f 0) on a GPU, in parts that each fit one 10-minute device call on a bare machine
 # (each builds what it needs); logs to $OUT (or /tmp), a short summary last.
 #   scripts/check_f0.sh tests   test_gpt2_fp32 -f 0, 1, 2 on the fixtures (make test's lines),
-#                               --decode, make test-hf (SKIPPED without transformers)
+#                               --decode, make test-hf (SKIPPED without transformers); d12 B=4 for
+#                               8 steps with -f 0 and -f 2: their losses side by side (the LM head's
+#                               batched, chunked products at full size; they agree to ~1e-5)
 #   scripts/check_f0.sh lab     matmul_forward 3 4 8 9 10 11, matmul_backward 2 3 8 9 10: time,
 #                               TFLOP/s, max and mean error against FP64 (TF32, plain FP32, split)
 #   scripts/check_f0.sh d12     bench: d12 B=8 and 16, both attention kinds, -f 0 with PyTorch
@@ -26,6 +28,12 @@ case "${1:-}" in
     ./test_gpt2_fp32 -f 0 -m $fixtures/hf_tiny -s $fixtures/hf_tiny_classic_state.bin > "$out/test_hf_tiny.log" 2>&1 \
       && echo "test -f 0 hf_tiny: ok" || echo "test -f 0 hf_tiny: FAIL"
     ./test_gpt2_fp32 --decode > "$out/test_decode.log" 2>&1 && echo "test --decode: ok" || echo "test --decode: FAIL"
+    for f in 0 2; do
+      ./train_gpt2_fp32 -e d12 -b 4 -t 1024 -x 8 -v 0 -s 0 -f $f -i dev/data/tinyshakespeare/tiny_shakespeare_train.bin \
+        > "$out/train_d12_f$f.log" 2>&1 || echo "train d12 -f $f: FAIL"
+    done
+    paste <(grep '^step' "$out/train_d12_f0.log" | awk -F'|' '{print $1 $2}') \
+      <(grep '^step' "$out/train_d12_f2.log" | awk -F'|' '{print $2}')
     make test-hf > "$out/test_hf.log" 2>&1 && echo "make test-hf: ok ($(grep -c SKIPPED "$out/test_hf.log") SKIPPED lines)" \
       || echo "make test-hf: FAIL"
     ;;
