@@ -5,7 +5,7 @@
 #                               --decode, make test-hf (SKIPPED without transformers); d12 B=4 for
 #                               8 steps with -f 0 and -f 2: their losses side by side (the LM head's
 #                               batched, chunked products at full size; they agree to ~1e-5)
-#   scripts/check_f0.sh lab     matmul_forward 3 4 8 9 10 11, matmul_backward 2 3 8 9 10: time,
+#   scripts/check_f0.sh lab     matmul_forward 3 4 8 9 10 11, matmul_backward 2 3 8 9 10 11: time,
 #                               TFLOP/s, max and mean error against FP64 (TF32, plain FP32, split)
 #   scripts/check_f0.sh d12     bench: d12 B=8 and 16, both attention kinds, -f 0 with PyTorch
 #                               strict FP32 in the same call, then -f 1 (no regression) alone
@@ -39,7 +39,7 @@ case "${1:-}" in
     ;;
   lab)
     make -C dev/cuda -j2 matmul_forward matmul_backward > "$out/build.log" 2>&1 || { tail -n 20 "$out/build.log"; exit 1; }
-    (cd dev/cuda && ./matmul_forward 3 4 8 9 10 11 && ./matmul_backward 2 3 8 9 10) > "$out/lab.log" 2>&1 \
+    (cd dev/cuda && ./matmul_forward 3 4 8 9 10 11 && ./matmul_backward 2 3 8 9 10 11) > "$out/lab.log" 2>&1 \
       || echo "lab: FAIL (see lab.log)"
     grep -E "error against|\| matmul_(forward|backward) " "$out/lab.log" | grep -v "part:\|GEMM \|transpose_" \
       | sed 's/  */ /g' | cut -c1-150
