@@ -1,7 +1,8 @@
 /*
 GPT-2 training in CUDA C++: FP32 weights and activations, TF32 tensor cores for matrix products
-(FP32-accurate split TF32 products with -f 0, cuBLAS's plain FP32 with -f 2). Every forward and backward kernel, the model and the training loop, and
-generation with a KV cache (--prompt) and multiple-choice evaluation (--eval) for using the model.
+(FP32 accuracy from split TF32 products with -f 0, cuBLAS's plain FP32 with -f 2). Every forward and
+backward kernel, the model and the training loop, and generation with a KV cache (--prompt) and
+multiple-choice evaluation (--eval) for using the model.
 
 Layouts (all row-major, float32):
   activations  (B, T, C): token b*T + t, channel c at ((b*T + t)*C + c)
@@ -869,9 +870,17 @@ static SplitOperand split_operand(float* scratch, const float* x, int summed, in
     return op;
 }
 
+// Over a long summed dimension the hi hi product drifts toward zero, as if the tensor cores added
+// each group of 8 products into their FP32 accumulator rounding toward zero (H100, lab: 1.8e-6 of
+// max |out| at K = 768, 7.3e-6 at 3072, 1.8e-5 at 8192, against plain FP32's 0.7-1.0e-6). So hi hi
+// runs in chunks of at most g_split_chunk summed values (0: one product), each added in FP32
+// (beta = 1): chunks of 256 gave 6-7.5e-7 at every shape, of 384 8.7-9.9e-7 (K = 768), of 512
+// 1.2-1.4e-6.
+static int g_split_chunk = 256;
+
 // The product in split TF32: A = [A_hi | A_lo] and B = [B_lo ; B_hi] along a doubled summed
 // dimension give the small terms A_hi B_lo + A_lo B_hi in one TF32 product, then A_hi B_hi is
-// added (beta = 1), with the bias.
+// added in chunks (beta = 1), with the bias.
 static void matmul_split(float* out, const float* a, const float* b, const float* bias, MatmulShape s, float alpha,
                          float beta, cudaStream_t stream) {
     int slot = stream == g_side_stream ? 1 : 0;
@@ -891,7 +900,17 @@ static void matmul_split(float* out, const float* a, const float* b, const float
     MatmulShape cross = s;
     cross.k = 2 * s.k;
     matmul_call(out, sa.data, sb.data, NULL, cross, alpha, beta, stream);
-    matmul_call(out, sa.data + sa.hi_offset, sb.data + sb.hi_offset, bias, s, alpha, 1.0f, stream);
+    // equal chunks, a multiple of 32 values (128-byte aligned operands); a chunk's first summed
+    // value sits 1 apart along a contiguous summed dimension, else ld apart
+    int chunks = g_split_chunk > 0 ? (int)ceil_div(s.k, g_split_chunk) : 1;
+    int chunk = (int)ceil_div(ceil_div(s.k, chunks), 32) * 32;
+    size_t a_step = s.trans_a ? 1 : s.lda, b_step = s.trans_b ? s.ldb : 1;
+    for (int k0 = 0; k0 < s.k; k0 += chunk) {
+        MatmulShape part = s;
+        part.k = std::min(chunk, s.k - k0);
+        matmul_call(out, sa.data + sa.hi_offset + k0 * a_step, sb.data + sb.hi_offset + k0 * b_step,
+                    k0 + part.k == s.k ? bias : NULL, part, alpha, 1.0f, stream);
+    }
 }
 
 // out = alpha op(a) op(b) + beta out [+ bias] in the precision g_precision, operands stored densely.
@@ -3533,7 +3552,8 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
                               layer_residual2(model, l - 1), a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
         }
         matmul_forward(qkv, a.ln, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
-        flash_attention_forward(atty, a.lse + l * BT * NH, qkv, B, T, NH, C / NH, c->attention, g_precision != MATMUL_TF32);
+        flash_attention_forward(atty, a.lse + l * BT * NH, qkv, B, T, NH, C / NH, c->attention,
+                                g_precision != MATMUL_TF32);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
         layernorm_forward(a.ln, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, layer_residual2(model, l), residual,
                           a.dbtc, p.ln2w + l * C, p.ln2b + l * C, BT, C);
@@ -3734,7 +3754,8 @@ static void gpt2_backward_launches(GPT2* model) {
         matmul_backward_input(a.dbtc, a.dresidual, false, wt->attprojw, BT, C, C);
         if (l < L - 1) { main_waits_for(model->dqkv_t_read); }  // the layer above read dqkv_t
         flash_attention_backward(a.dqkv_t, g.qkvb + l * 3 * C, a.dbt4c, a.delta, a.dbtc, a.qkv + l * 3 * btc,
-                                 a.atty + l * btc, a.lse + l * BT * NH, B, T, NH, C / NH, c->attention, g_precision != MATMUL_TF32);
+                                 a.atty + l * btc, a.lse + l * BT * NH, B, T, NH, C / NH, c->attention,
+                                 g_precision != MATMUL_TF32);
         side_waits_for_main();
         layernorm_transposed(a.inp_t, residual, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, p.ln1w + l * C,
                              p.ln1b + l * C, BT, C, side);

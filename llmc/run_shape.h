@@ -13,7 +13,8 @@ static inline const char* schedule_name(int schedule) {
 
 // A checkpoint stores these and a resumed run must match; micro_batches counts the micro-batches
 // of B x T per optimizer step over all GPUs (-d / B*T), so a run may resume on another number of
-// GPUs.
+// GPUs. use_tf32 holds -f: 0 FP32 accuracy (split TF32 since 2026-11-26; plain FP32 before), 1
+// TF32, 2 plain FP32.
 typedef struct {
     int32_t B, T, micro_batches, max_steps, warmup_steps, schedule, attention, use_tf32, overfit_single_batch;
     float lr, final_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;

@@ -25,8 +25,13 @@ contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights chang
   variant 7  as 2, each product with the fastest of cuBLASLt's first 16 heuristic algorithms,
              timed here on these shapes (autotuning, instead of the heuristic's first choice)
   variant 8  as 2 in split TF32, FP32 accuracy on the tensor cores (the trainer's -f 0; see
-             matmul_forward.cu's variant 8)
-Variants 2, 3 and 8 also print dinp's and dweight's max and mean error (mean |out - ref| over mean
+             matmul_forward.cu's variant 8): hi hi in chunks of at most 256 summed values
+  variant 9  as 8, hi hi in one product
+  variant 10 as 8, hi hi in chunks of at most 384
+  variant 11 as 8, but the dweight product's hi hi chunks of 256 (32 over N = 8192) as one batched
+             TF32 product into partial sums, which sum_arrays then adds to the small terms in chunk
+             order: the same sums, the chip filled by 32 x as many tiles (scratch: 32 x OC x C)
+Variants 2, 3 and 8-11 also print dinp's and dweight's max and mean error (mean |out - ref| over mean
 |ref|) against FP64.
 
 After variant 2, its parts timed alone, and for comparison the layouts they replace: the dinp
@@ -41,7 +46,7 @@ read and write.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 8;
+static const int NUM_VARIANTS = 11;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: thread per output, FP32",
@@ -52,6 +57,9 @@ static const char* const VARIANT_NAMES[] = {
     "6 (c) trainer's: dinp GEMM, bias_backward(gelu_inp)",
     "7 as 2, each GEMM autotuned over 16 cuBLASLt algorithms",
     "8 trainer's launchers in split TF32 (-f 0)",
+    "9 as 8, hi hi in one product",
+    "10 as 8, hi hi in chunks of 384",
+    "11 as 8, dweight's hi hi chunks batched into partials",
 };
 
 // Relative to each output's max |value|. FP32: sums of up to N = 8192 terms (naive: in sequence);
@@ -61,10 +69,10 @@ static const double FP32_TOLERANCE = 5e-5, TF32_TOLERANCE = 5e-3;
 static const int CHECKED_ROWS = 64, CHECKED_WEIGHTS = 4096;
 static const int AUTOTUNE_CANDIDATES = 16;
 
-static bool uses_tf32(int variant) { return variant != 1 && variant != 3 && variant != 8; }
-static bool precision_variant(int variant) { return variant == 2 || variant == 3 || variant == 8; }
+static bool uses_tf32(int variant) { return variant != 1 && variant != 3 && variant < 8; }
+static bool precision_variant(int variant) { return variant == 2 || variant == 3 || variant >= 8; }
 static bool gelu_pair(int variant) { return variant == 5 || variant == 6; }
-static bool writes_transposes(int variant) { return variant == 2 || variant == 3 || variant == 7 || variant == 8; }  // dout_t, inp_t
+static bool writes_transposes(int variant) { return variant == 2 || variant == 3 || variant >= 7; }  // dout_t, inp_t
 
 // ----------------------------------------------------------------------------------------------
 
@@ -103,6 +111,7 @@ typedef struct {
     float *dfch, *dfcb, *dresidual, *fch, *fcprojw, *fcprojw_t, *dgelu, *dfch_t, *gelu_t;
     float* partials;
     unsigned int* counters;
+    float *inp_split, *dout_split, *chunk_sums;  // variant 11: inp_t [hi | lo], dout_t [lo | hi], partials
     LtPlan bgradb_plan, dgelu_plan, dinp_plan, dweight_plan;  // the last two autotuned
     int N, C, OC;
 } Buffers;
@@ -113,6 +122,24 @@ static void bias_and_transposes(const Buffers& d) {
     transpose_matrices(d.inp_t, d.inp, d.N, d.C, 1);
 }
 
+static const int BATCHED_CHUNK = 256;  // variant 11
+
+// Variant 11's dweight (C, OC) = inp_t (C, N) dout_t^T in split TF32: the small terms as one product
+// over 2N (as the trainer), then hi hi over chunks of BATCHED_CHUNK as one batched product into
+// chunk_sums, added in chunk order.
+static void batched_chunks_dweight(const Buffers& d) {
+    int N = d.N, C = d.C, OC = d.OC, chunks = N / BATCHED_CHUNK;
+    split_tf32(d.inp_split, d.inp_split + N, d.inp_t, C, N, 2 * (size_t)N, 1, 0, 0);
+    split_tf32(d.dout_split + N, d.dout_split, d.dout_t, OC, N, 2 * (size_t)N, 1, 0, 0);
+    MatmulShape cross = {C, OC, 2 * N, true, false, 2 * N, 2 * N, 1, 0, 0, 0, true};
+    matmul_call(d.dweight, d.inp_split, d.dout_split, NULL, cross, 1.0f, 0.0f, 0);
+    size_t n = (size_t)C * OC;
+    MatmulShape hi_hi = {C, OC, BATCHED_CHUNK, true, false, 2 * N, 2 * N, chunks, BATCHED_CHUNK, BATCHED_CHUNK, n,
+                         true};
+    matmul_call(d.chunk_sums, d.inp_split, d.dout_split + N, NULL, hi_hi, 1.0f, 0.0f, 0);
+    sum_arrays(d.dweight, d.dweight, d.chunk_sums, n, chunks, n);
+}
+
 static void launch_variant(int variant, const Buffers& d) {
     int N = d.N, C = d.C, OC = d.OC;
     if (variant == 1) {
@@ -120,10 +147,19 @@ static void launch_variant(int variant, const Buffers& d) {
         naive_dweight_kernel<<<ceil_div((size_t)OC * C, 256), 256>>>(d.dweight, d.dout, d.inp, N, C, OC);
         naive_dbias_kernel<<<ceil_div(OC, 256), 256>>>(d.dbias, d.dout, N, OC);
         cudaCheck(cudaGetLastError());
-    } else if (variant == 2 || variant == 3 || variant == 8) {
+    } else if (variant == 2 || variant == 3 || (variant >= 8 && variant <= 10)) {
         g_precision = variant == 2 ? MATMUL_TF32 : variant == 3 ? MATMUL_FP32 : MATMUL_SPLIT_TF32;
+        int trainer_chunk = g_split_chunk;
+        g_split_chunk = variant == 9 ? 0 : variant == 10 ? 384 : trainer_chunk;
         bias_and_transposes(d);
         matmul_backward_weight(d.dweight, d.dout_t, d.inp_t, true, N, C, OC);
+        matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
+        g_split_chunk = trainer_chunk;
+        g_precision = MATMUL_TF32;
+    } else if (variant == 11) {
+        bias_and_transposes(d);
+        batched_chunks_dweight(d);
+        g_precision = MATMUL_SPLIT_TF32;
         matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
         g_precision = MATMUL_TF32;
     } else if (variant == 4) {
@@ -296,6 +332,8 @@ int main(int argc, char** argv) {
     d.counters = (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS);
     cudaCheck(cudaMemset(d.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
     split_scratch_reserve(2 * (n_out + n_in), 0);  // variant 8: the dweight product's two operands
+    d.inp_split = gpu_floats(2 * n_in), d.dout_split = gpu_floats(2 * n_out);
+    d.chunk_sums = gpu_floats((size_t)N / BATCHED_CHUNK * n_weight);
     d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.dbias, NULL);
     d.dgelu_plan = lt_plan(OC, N, C, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, d.dfcb, d.fch);
     d.dinp_plan = lt_plan(C, N, OC, true, true, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);      // weight_t, dout_t

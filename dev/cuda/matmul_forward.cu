@@ -15,9 +15,12 @@ also on the other shapes of the model (qkv, attention and MLP projections, the L
              each shape (autotuning), on all the model's shapes
   FP32 accuracy on the tensor cores, split TF32 (x = hi + lo, both TF32), on all the shapes:
   variant 8  the trainer's -f 0: hi lo + lo hi as one TF32 product over the summed dimension doubled
-             ([A_hi | A_lo] [B_lo ; B_hi]), then hi hi added (beta = 1); the operands split per call
+             ([A_hi | A_lo] [B_lo ; B_hi]), then hi hi added (beta = 1) in chunks of at most
+             g_split_chunk = 256 summed values; the operands split per call
   variant 9  three TF32 products into out: hi lo, lo hi, then hi hi (beta = 1, small terms first),
-             from hi and lo copies of each operand (split_tf32)
+             from hi and lo copies of each operand (split_tf32); hi hi in one product
+  variant 10 as 8, hi hi in one product (g_split_chunk = 0)
+  variant 11 as 8, hi hi in chunks of at most 384
 Variants 3, 4, 8 and 9 also print the mean error (mean |out - ref| over mean |ref|) beside the max.
 
   ./matmul_forward [variant ...]
@@ -26,7 +29,7 @@ FLOPs counted: 2 N K OC (the bias and the GELU are not counted).
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 9;
+static const int NUM_VARIANTS = 11;
 static const char* const VARIANT_NAMES[] = {
     NULL,
     "1 naive: thread per output, FP32",
@@ -36,8 +39,10 @@ static const char* const VARIANT_NAMES[] = {
     "5 (b) cuBLASLt GELU_AUX_BIAS epilogue (fc + GELU)",
     "6 (b) unfused: matmul_forward, then gelu_forward",
     "7 as 3, autotuned over 16 cuBLASLt algorithms",
-    "8 trainer's split TF32 (-f 0): cross terms over 2K, + hi hi",
+    "8 trainer's split TF32 (-f 0): cross over 2K, + hi hi by 256",
     "9 split TF32 as three products (beta = 1)",
+    "10 as 8, hi hi in one product",
+    "11 as 8, hi hi in chunks of 384",
 };
 
 // Relative to max |out|. FP32: sums of K products (~sqrt(K) * 6e-8); split TF32 is held to the same
@@ -132,9 +137,12 @@ static void launch_variant(int variant, const Buffers& d, Shape s) {
     } else if (variant == 2) {
         tiled_kernel<<<dim3(s.OC / TILE, s.N / TILE), 256>>>(d.out, d.inp, d.weight, bias, s.K, s.OC);
         cudaCheck(cudaGetLastError());
-    } else if (variant == 3 || variant == 4 || variant == 8) {
+    } else if (variant == 3 || variant == 4 || variant == 8 || variant >= 10) {
         g_precision = variant == 3 ? MATMUL_TF32 : variant == 4 ? MATMUL_FP32 : MATMUL_SPLIT_TF32;
+        int trainer_chunk = g_split_chunk;
+        g_split_chunk = variant == 10 ? 0 : variant == 11 ? 384 : trainer_chunk;
         matmul_forward(d.out, d.inp, d.weight, bias, s.N, s.K, s.OC);
+        g_split_chunk = trainer_chunk;
         g_precision = MATMUL_TF32;
     } else if (variant == 9) {
         split_tf32(d.inp_hi, d.inp_lo, d.inp, s.N, s.K, s.K, 1, 0, 0);
