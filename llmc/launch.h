@@ -529,19 +529,23 @@ static inline int launch_gpus_flag(int argc, char** argv) {
     return gpus;
 }
 
-// A free TCP port on the loopback interface (bind port 0, read it back).
+// A port for rank 0 to listen on, free now and below the range the kernel gives outgoing
+// connections (32768 and up by default): the other ranks' connection attempts, made while rank 0
+// starts, cannot take it first, as they could take a port the kernel handed out (port 0).
 static inline int launch_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in addr = {};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (fd < 0 || bind(fd, (struct sockaddr*)&addr, sizeof(addr)) != 0 ||
-        getsockname(fd, (struct sockaddr*)&addr, &len) != 0) {
-        fail("cannot find a free port: %s", strerror(errno));
+    unsigned int seed = (unsigned int)getpid() ^ (unsigned int)time(NULL);
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        int port = 20000 + (int)(rand_r(&seed) % 12000);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in addr = {};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_ANY);
+        addr.sin_port = htons((uint16_t)port);
+        bool free_now = fd >= 0 && bind(fd, (struct sockaddr*)&addr, sizeof(addr)) == 0;
+        if (fd >= 0) { close(fd); }
+        if (free_now) { return port; }
     }
-    close(fd);
-    return ntohs(addr.sin_port);
+    fail("cannot find a free port in 20000-31999 for the rendezvous (set MASTER_PORT)");
 }
 
 // The children, for the signal handler that forwards SIGINT/SIGTERM (0 = reaped).

@@ -468,6 +468,17 @@ TEST(launch_local_runs_ranks) {
     remove_dir(dir);
 }
 
+// The launcher's port lies below the kernel's range for outgoing connections, and rank 0 can listen on it.
+TEST(launch_free_port_is_below_the_outgoing_range) {
+    for (int i = 0; i < 20; i++) {
+        int port = launch_free_port();
+        CHECK(port >= 20000 && port < 32000);
+        int fd = launch_listen(port);
+        CHECK(fd >= 0);
+        close(fd);
+    }
+}
+
 TEST(launch_local_stops_on_failure) {
     std::string output;
     double seconds = 0;
