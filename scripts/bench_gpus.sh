@@ -19,7 +19,7 @@
 #   the overlap against the whole transfer without it), and four micro-steps per GPU against 1 GPU
 #   with four micro-steps.
 # --forms: d12 B=16 softmax at the largest GPU count with each NCCL form: default; CTA policy
-#   efficiency; at most 4 and 8 CTAs; CTA policy zero with registered windows; GPT2_OVERLAP=0.
+#   efficiency; at most 4 and 8 CTAs; CTA policy zero with registered windows; GPT2_OVERLAP=1 and 2.
 # Time on 4 H100s (estimated): the default bench about 6 minutes (ours: d12 ~7 s a run, d48 ~20 s;
 # most of it is PyTorch's compiles, ~15-45 s a run), --socket and --forms about 1 minute each.
 # Logs go to a temporary folder removed at the end, or to $BENCH_LOGS (kept) when set. TRAINER and
@@ -158,7 +158,8 @@ if [ "$forms" = 1 ]; then
   ours form_ctas4 d12 softmax "$max_gpus" 1 "MAX_CTAS=4" GPT2_NCCL_MAX_CTAS=4
   ours form_ctas8 d12 softmax "$max_gpus" 1 "MAX_CTAS=8" GPT2_NCCL_MAX_CTAS=8
   ours form_zero_windows d12 softmax "$max_gpus" 1 "CTA_POLICY=zero, WINDOWS=1" GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1
-  ours form_no_overlap d12 softmax "$max_gpus" 1 "GPT2_OVERLAP=0" GPT2_OVERLAP=0
+  ours form_overlap1 d12 softmax "$max_gpus" 1 "GPT2_OVERLAP=1" GPT2_OVERLAP=1
+  ours form_overlap2 d12 softmax "$max_gpus" 1 "GPT2_OVERLAP=2" GPT2_OVERLAP=2
 fi
 
 # each row's numbers: model kind B G micro form ours_ms tok/s scaling comm gb smi torch_ms torch_tok/s torch_scaling torch_gb ratio

@@ -11,7 +11,8 @@ trap 'rm -rf "$work"' EXIT
 : > "$work/data.bin"
 # The fake trainer: ms per step from the model, micro-steps, GPU count and transport; the first 3
 # steps 10x slower (the bench must leave them out); exposed communication from the transport and
-# GPT2_OVERLAP. It records its environment's GPT2_*/NCCL_* variables and its flags in $CALLS.
+# GPT2_OVERLAP. It records the variables the bench sets (GPT2_*, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE; a GPU
+# machine may set other NCCL_* ones) and its flags in $CALLS.
 cat > "$work/trainer" << 'EOF'
 #!/usr/bin/env bash
 G=1 model=d12 B=0 d=0 steps=0
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
 done
 [ "${FAKE_FAIL:-}" = "$model $G" ] && { echo "error: out of memory"; exit 1; }
 micro=$((d / (B * 1024 * G)))
-echo "$model G=$G micro=$micro $(env | grep -E '^(GPT2|NCCL)_' | grep -v NCCL_NVLS | sort | tr '\n' ' ')" >> "$CALLS"
+echo "$model G=$G micro=$micro $(env | grep -E '^(GPT2_|NCCL_P2P_DISABLE=|NCCL_SHM_DISABLE=)' | sort | tr '\n' ' ')" >> "$CALLS"
 base=$([ "$model" = d12 ] && echo 60 || echo 330)
 socket=$([ "${NCCL_P2P_DISABLE:-0}" = 1 ] && echo 1 || echo 0)
 comm=0
@@ -89,13 +90,14 @@ check "... socket, 4 micro-steps: scaling against 1 GPU with 4 micro-steps" eval
 check "... socket targets: 4 micro-steps met; exposed 10 ms <= half of 30 ms met" eval \
   "grep -q 'socket, 2 GPUs x 4 micro-steps: scaling 96.0% >= 90%: met' '$work/extra.out' &&
    grep -q 'exposed communication 10.00 ms <= half of the 30.00 ms with GPT2_OVERLAP=0: met' '$work/extra.out'"
-check "... forms: 6 rows at 2 GPUs with their variables" eval \
-  "test \$(grep -c '^d12 G=2 micro=1 \(GPT2_[A-Z_]*=[a-z0-9]* \)*\$' '$work/extra.calls') = 6 &&
+check "... forms: 7 rows at 2 GPUs with their variables" eval \
+  "test \$(grep -c '^d12 G=2 micro=1 \(GPT2_[A-Z_]*=[a-z0-9]* \)*\$' '$work/extra.calls') = 7 &&
    grep -q 'GPT2_NCCL_CTA_POLICY=efficiency \$' '$work/extra.calls' && grep -q 'GPT2_NCCL_MAX_CTAS=4 \$' '$work/extra.calls' &&
    grep -q 'GPT2_NCCL_MAX_CTAS=8 \$' '$work/extra.calls' &&
    grep -q 'GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1 \$' '$work/extra.calls' &&
    row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| MAX_CTAS=8' | grep -qF '| 70.00 |' &&
-   row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| GPT2_OVERLAP=0' | grep -qF '| 66.00 |'"
+   row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| GPT2_OVERLAP=1' | grep -qF '| 62.00 |' &&
+   row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| GPT2_OVERLAP=2' | grep -qF '| 66.00 |'"
 
 fails() { ! "$@"; }
 check "a failed run: the bench exits non-zero with its log's tail" eval \

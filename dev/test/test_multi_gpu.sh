@@ -14,7 +14,7 @@
 # At N = 2 only: over NCCL's socket transport (as between nodes); 2 GPUs x 2 micro-steps twice are
 # bit-identical; honest step times (1 GPU x 4 and 2 GPUs x 2 micro-steps); the launchers
 # (torchrun-style variables, torchrun, mpirun -np 2, the file rendezvous), with the NCCL and
-# overlap switches (GPT2_OVERLAP=0, GPT2_NCCL_*) keeping the bits; ranks given different flags or a
+# overlap switches (GPT2_OVERLAP=1 and 2, GPT2_NCCL_*) keeping the bits; ranks given different flags or a
 # -d that does not divide stop at start; a peer killed without a supervisor.
 # Takes about 2 minutes at 2 GPUs and 1.5 more at 4; prints the elapsed time at the end.
 # TRAINER replaces ./train_gpt2_fp32 and TEST_GPUS the GPU count (to test this script on a CPU).
@@ -104,7 +104,9 @@ errors_once() {
   head -n 6 <<< "$lines" | sed 's/^/        /'
   return 1
 }
-# honest_times LOG: the step times from step 2 on are within 10% of their median; the line
+# honest_times LOG: the step times from step 2 on are within 10% of their median, all but a fifth
+# (a multi-GPU step now and then waits longer; time moved between steps, as accumulation once did,
+# puts every step off by far more); the line
 # "step times: N steps, S ms summed, W ms wall clock" counts them, S is their sum, W within 1% of S.
 honest_times() {
   local times line n s w
@@ -122,7 +124,7 @@ honest_times() {
     for (i = 1; i <= NR; i++) if (t[i] < 0.9 * median || t[i] > 1.1 * median) outside++
     printf "      steps 2-%d: median %.2f ms (%.2f..%.2f, %d beyond 10%%); S %.2f ms (printed %d steps, %.2f), W %.2f ms\n",
       NR + 1, median, t[1], t[NR], outside, s, n, sum, w
-    ok = NR == n && median > 0 && outside == 0 && (s - sum) ^ 2 <= (0.006 * NR + 0.001 * sum) ^ 2 && (s - w) ^ 2 <= (0.01 * w) ^ 2
+    ok = NR == n && median > 0 && outside <= NR / 5 && (s - sum) ^ 2 <= (0.006 * NR + 0.001 * sum) ^ 2 && (s - w) ^ 2 <= (0.01 * w) ^ 2
     exit !ok }'
 }
 split_rows() {  # split_rows N ONE_GPU_LOG N_GPU_LOG
@@ -250,19 +252,20 @@ checks_at_2_only() {
   train "$work/accum_a.log" $timed --gpus 2
   train "$work/accum_b.log" $timed --gpus 2
   check "2 GPUs x 2 micro-steps twice: bit for bit" same_numbers "$work/accum_a.log" "$work/accum_b.log"
-  check "step times, 1 GPU x 4 micro-steps: within 10% of the median; summed = wall clock within 1%" \
+  check "step times, 1 GPU x 4 micro-steps: within 10% of the median (4 in 5); summed = wall clock within 1%" \
     honest_times "$work/timed_one.log"
-  check "step times, 2 GPUs x 2 micro-steps: within 10% of the median; summed = wall clock within 1%" \
+  check "step times, 2 GPUs x 2 micro-steps: within 10% of the median (4 in 5); summed = wall clock within 1%" \
     honest_times "$work/accum_a.log"
   check "2 GPUs: the exposed communication per step is printed" \
     grep -qE '^exposed communication: [0-9.]+ ms per step' "$work/accum_a.log"
 
   # launchers, each with another NCCL or overlap switch: the switches must not change the bits
-  two_ranks "$work/torchrun.log" "GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1 GPT2_NCCL_BACKGROUND_CTAS=0" $flags $same
-  check "torchrun-style variables (CTA policy zero, windows, no background communicator): bit for bit" \
+  two_ranks "$work/torchrun.log" "GPT2_OVERLAP=1 GPT2_NCCL_BACKGROUND_CTAS=4 GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1" \
+    $flags $same
+  check "torchrun-style variables (gradients overlapped through 4 CTAs, CTA policy zero, windows): bit for bit" \
     same_or_show "$one" "$work/torchrun.log"
-  two_ranks "$work/filerdv.log" "GPT2_OVERLAP=0 GPT2_NCCL_MAX_CTAS=4" $flags $same --rendezvous-dir "$work/rdv"
-  check "file rendezvous (GPT2_OVERLAP=0 GPT2_NCCL_MAX_CTAS=4): bit for bit" same_or_show "$one" "$work/filerdv.log"
+  two_ranks "$work/filerdv.log" "GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=4" $flags $same --rendezvous-dir "$work/rdv"
+  check "file rendezvous (GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=4): bit for bit" same_or_show "$one" "$work/filerdv.log"
   if command -v torchrun > /dev/null; then
     GPT2_OVERLAP=2 GPT2_NCCL_CTA_POLICY=efficiency torchrun --standalone --nproc_per_node 2 --no-python "$trainer" \
       $flags $same > "$work/torchrun_real.log" 2>&1
