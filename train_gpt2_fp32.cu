@@ -3157,8 +3157,8 @@ typedef struct {
     // have passed its events (overlap_grads). With overlap_params, the updated parameters come back
     // in the same buckets, the embeddings and the final layernorm first, then the layers from the
     // bottom, and the next forward pass's layer l waits only for its own (gather_done).
-    // GPT2_OVERLAP: 0 neither (everything moves in the update), 1 the gradients (the default),
-    // 2 both (README "Several GPUs" has their times).
+    // GPT2_OVERLAP: 0 neither, everything moves in the update (the default: on NVLink it measured
+    // fastest, README "Several GPUs"), 1 the gradients, 2 both.
     bool overlap_grads, overlap_params;
     std::vector<std::vector<ZeroRange>> grad_buckets;
     std::vector<std::vector<ZeroMessage>> to_owners, from_owners;  // each bucket's messages (llmc/zero.h)
@@ -3238,7 +3238,7 @@ static void gpt2_allocate_comm(GPT2* model) {
         size_t slice = model->shard.chunks_per_rank * ZERO_CHUNK;
         model->received = comm_buffer((world - 1) * slice * sizeof(float), "gradients from other ranks");
         const char* overlap = getenv("GPT2_OVERLAP");
-        int level = overlap == nullptr ? 1 : overlap[0] - '0';
+        int level = overlap == nullptr ? 0 : overlap[0] - '0';
         if (overlap != nullptr && (strlen(overlap) != 1 || level < 0 || level > 2)) { fail("GPT2_OVERLAP=%s: must be 0, 1 or 2", overlap); }
         model->overlap_grads = level >= 1;
         model->overlap_params = level >= 2;
@@ -3822,10 +3822,10 @@ static void gpt2_share_step_stats(GPT2* model) {
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0),
 // or skipped when the loss or norm is not finite or the norm is a spike (spike_z > 0); the
 // decision and the norm stay on the device (gpt2_read_stats reads them). With several ranks (ZeRO-1),
-// the gradients of each rank's slice have gone to it bucket by bucket during the backward pass
-// (gpt2_send_gradient_buckets; with GPT2_OVERLAP=0 all of them here), each owner sums the ranks'
-// gradients of its slice in rank order and updates its slice, then every rank gathers all
-// parameters (with GPT2_OVERLAP=2 bucket by bucket, while the next forward pass starts).
+// each rank sends every other rank its gradients of that rank's slice (with GPT2_OVERLAP=1 or 2
+// they went bucket by bucket during the backward pass, gpt2_send_gradient_buckets), each owner sums
+// the ranks' gradients of its slice in rank order and updates its slice, then every rank gathers
+// all parameters (with GPT2_OVERLAP=2 bucket by bucket, while the next forward pass starts).
 // comm_marks: 6 timing events around the three waits for communication (the gradients, the
 // norm's partials, the parameters: with GPT2_OVERLAP=2, only the embeddings' bucket), or NULL.
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,

@@ -76,11 +76,11 @@ static ncclConfig_t comm_config() {
 #endif
 
 // The CTAs (thread blocks on the GPU's multiprocessors) that NCCL may use for the moves that
-// overlap computation, so that they take few multiprocessors from it: GPT2_NCCL_BACKGROUND_CTAS,
-// default 4; 0 runs them like the others.
+// overlap computation, so that they take few multiprocessors from it: GPT2_NCCL_BACKGROUND_CTAS;
+// 0, the default, runs them like the others (fewer measured slower, README "Several GPUs").
 static int comm_background_ctas() {
     const char* ctas = getenv("GPT2_NCCL_BACKGROUND_CTAS");
-    if (ctas == nullptr) { return 4; }
+    if (ctas == nullptr) { return 0; }
     char* end = nullptr;
     long n = strtol(ctas, &end, 10);
     if (*ctas == '\0' || *end != '\0' || n < 0 || n > 64) { fail("GPT2_NCCL_BACKGROUND_CTAS=%s: must be 0..64", ctas); }
