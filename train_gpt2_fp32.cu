@@ -12,6 +12,24 @@ Layouts (all row-major, float32):
   transposed   W^T (C, OC) and backward activations (C, B*T), so that the matrix products read
                their operands along the summed dimension (TF32 tensor-core kernels' fast case)
 Every offset into a tensor is size_t: the activations together pass 2^31 floats at B=32, T=1024.
+
+Sections, in data-flow order (each a banner below; the host front-end is in llmc/, see the includes):
+   1 CUDA utilities            device memory, graphs, streams
+   2 Encoder                   wte[token] + wpe[position], and its backward
+   3 LayerNorm                 forward, backward, the transposed copies the products read
+   4 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, bias gradients
+   5 Attention                 flash attention forward and backward (mma.sync, wgmma), KV-cache decode
+   6 GELU
+   7 Fused classifier          softmax, cross-entropy and the logits' gradient
+   8 Sampling                  the next token on the device
+   9 AdamW                     the update, the gradient norm and the update's guards
+  10 Data parallel             the ordered sums of ZeRO-1's moves (llmc/zero.h, llmc/comm.cuh)
+  11 Initialisation
+  12 The model                 parameters, activations, forward, backward, update
+  13 Generation                the prompt, then one position per step from a captured graph
+  14 Device setup
+  15 Checkpoints
+  16 Training                  the run: init, steps, reports, validation, samples, evaluation, main
 */
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
