@@ -29,7 +29,9 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
   13 Generation                the prompt, then one position per step from a captured graph
   14 Device setup
   15 Checkpoints
-  16 Training                  the run: init, steps, reports, validation, samples, evaluation, main
+  16 Training                  building the model of a run, validation
+  17 Samples and prompts       generation from the command line
+  18 Multiple-choice evaluation, then the run itself (Run, run_init, run_step, ...) and main
 */
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
