@@ -271,22 +271,29 @@ static void comm_gather_slices(const Comm* comm, const float* slice, size_t num_
 #endif
 }
 
+#ifdef USE_NCCL
+// Every rank's `bytes` at `mine` to every rank's host, rank r's at all + r * bytes: an all-gather
+// through a device buffer, waited for; `what` names it in the error.
+static void comm_all_gather_to_host(const Comm* comm, const void* mine, void* all, size_t bytes, const char* what) {
+    char* device = nullptr;
+    if (cudaMalloc(&device, bytes * comm->world) != cudaSuccess) { fail("rank %d: out of GPU memory for %s", comm->rank, what); }
+    bool ok = cudaMemcpy(device + comm->rank * bytes, mine, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+    ncclCheck(ncclAllGather(device + comm->rank * bytes, device, bytes, ncclChar, comm->nccl, comm->stream));
+    ok = ok && cudaStreamSynchronize(comm->stream) == cudaSuccess &&
+         cudaMemcpy(all, device, bytes * comm->world, cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(device);
+    if (!ok) { fail("rank %d: cannot share %s with the other ranks", comm->rank, what); }
+}
+#endif
+
 // values (n doubles, the same positions on every rank, each written by at most one rank and 0
 // on the others) become the sum over the ranks in rank order on every rank: exact, since all but
 // one term of each sum are zeros, and the doubles travel as raw bits.
 static void comm_sum_disjoint(const Comm* comm, double* values, size_t n) {
     if (comm->world == 1 || n == 0) { return; }
 #ifdef USE_NCCL
-    double* device = nullptr;
-    size_t bytes = n * comm->world * sizeof(double);
-    if (cudaMalloc(&device, bytes) != cudaSuccess) { fail("rank %d: out of GPU memory for %zu shared values", comm->rank, n); }
     std::vector<double> all(n * comm->world);
-    bool ok = cudaMemcpy(device + comm->rank * n, values, n * sizeof(double), cudaMemcpyHostToDevice) == cudaSuccess;
-    ncclCheck(ncclAllGather(device + comm->rank * n, device, n, ncclDouble, comm->nccl, comm->stream));
-    ok = ok && cudaStreamSynchronize(comm->stream) == cudaSuccess &&
-         cudaMemcpy(all.data(), device, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
-    cudaFree(device);
-    if (!ok) { fail("rank %d: cannot share %zu values with the other ranks", comm->rank, n); }
+    comm_all_gather_to_host(comm, values, all.data(), n * sizeof(double), "losses");
     for (size_t i = 0; i < n; i++) {
         double sum = all[i];
         for (int r = 1; r < comm->world; r++) { sum += all[r * n + i]; }
@@ -302,16 +309,8 @@ static void comm_sum_disjoint(const Comm* comm, double* values, size_t n) {
 static void comm_check_same(const Comm* comm, uint64_t value, const char* what) {
     if (comm->world == 1) { return; }
 #ifdef USE_NCCL
-    uint64_t* device = NULL;
-    if (cudaMalloc(&device, comm->world * sizeof(uint64_t)) != cudaSuccess) { fail("cannot allocate %s check", what); }
     std::vector<uint64_t> values(comm->world);
-    cudaMemcpy(device + comm->rank, &value, sizeof(value), cudaMemcpyHostToDevice);
-    ncclCheck(ncclAllGather(device + comm->rank, device, 1, ncclUint64, comm->nccl, comm->stream));
-    if (cudaStreamSynchronize(comm->stream) != cudaSuccess ||
-        cudaMemcpy(values.data(), device, values.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost) != cudaSuccess) {
-        fail("cannot compare %s across ranks", what);
-    }
-    cudaFree(device);
+    comm_all_gather_to_host(comm, &value, values.data(), sizeof(value), what);
     for (int r = 1; r < comm->world; r++) {
         if (values[r] == values[0]) { continue; }
         if (comm->rank != 0) { sleep(10); }  // rank 0 reports it, and its failure ends this rank quietly

@@ -400,11 +400,12 @@ static inline void dataloader_read_rows(DataLoader* dl, int64_t first, int count
     }
     for (int b = 0; b < dl->B; b++) {
         int64_t row = first + std::min(b, count - 1), batch = row / dl->B, position = 0;
-        while (batch >= dl->shard_batches[(size_t)dl_shard_at(dl, 0, position)]) {
-            batch -= dl->shard_batches[(size_t)dl_shard_at(dl, 0, position)];
-            if (++position == (int64_t)dl->shard_paths.size()) { fail("dataloader_read_rows: row %lld is past the data", (long long)row); }
-        }
         int64_t shard = dl_shard_at(dl, 0, position);
+        while (batch >= dl->shard_batches[(size_t)shard]) {  // the batch's shard, in epoch 0's order
+            batch -= dl->shard_batches[(size_t)shard];
+            if (++position == (int64_t)dl->shard_paths.size()) { fail("dataloader_read_rows: row %lld is past the data", (long long)row); }
+            shard = dl_shard_at(dl, 0, position);
+        }
         dl_load_shard(dl, shard);
         if (dl->shuffle) { dl_update_sample_order(dl, 0, shard); }
         int64_t sample = batch * dl->B + row % dl->B;

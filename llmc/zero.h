@@ -1,7 +1,7 @@
 // ZeRO-1 arithmetic for data-parallel training: which rank owns which parameters, the chunks of
-// the gradient norm, the buckets the gradients move in, where an owner receives the other ranks' gradients, the rank-ordered sum
-// that makes N GPUs bit-identical to N micro-steps on one, and the split of a total batch into
-// micro-steps. Offsets only: no GPU.
+// the gradient norm, the buckets the gradients can move in and each rank's messages, where an
+// owner receives the other ranks' gradients, the rank-ordered sum that makes N GPUs bit-identical
+// to N micro-steps on one, and the split of a total batch into micro-steps. Offsets only: no GPU.
 //
 // The flat parameter vector (P floats, the model file's order) is cut into chunks of ZERO_CHUNK
 // floats; rank r owns the contiguous chunks [r*cpr, (r+1)*cpr) where cpr = ceil(chunks / world),
@@ -61,10 +61,7 @@ static inline int zero_owner(size_t i, size_t num_parameters, int world) {
 ZERO_HOST_DEVICE static inline int zero_sender_slot(int sender, int owner) { return sender < owner ? sender : sender - 1; }
 
 // A range [begin, end) of the flat parameter vector.
-struct ZeroRange {
-    size_t begin, end;
-    bool operator==(const ZeroRange& other) const { return begin == other.begin && end == other.end; }
-};
+struct ZeroRange { size_t begin, end; };
 
 // The part of `range` inside [begin, end) (empty: begin == end).
 static inline ZeroRange zero_intersect(ZeroRange range, size_t begin, size_t end) {
