@@ -78,3 +78,25 @@ static inline bool utf8_is_valid(const uint8_t* s, size_t size) {
     }
     return true;
 }
+
+// How many of the `size` bytes at s are not part of a well-formed sequence (the tokenizer takes
+// each such byte as a character of its own); *first is the offset of the first of them (size if
+// none).
+static inline size_t utf8_invalid_bytes(const uint8_t* s, size_t size, size_t* first) {
+    size_t count = 0;
+    *first = size;
+    for (size_t pos = 0; pos < size;) {
+        if (s[pos] < 0x80) {
+            pos++;
+            continue;
+        }
+        size_t len = utf8_sequence_length(s + pos, size - pos);
+        if (len > 0) {
+            pos += len;
+            continue;
+        }
+        if (count++ == 0) { *first = pos; }
+        pos++;
+    }
+    return count;
+}

@@ -7,7 +7,8 @@
 //   ./prepare_data shards -o OUT_PREFIX [--shard-size N] [--threads N] [--force] INPUT...
 //       INPUT: a .txt file (one document), a .jsonl file (one document per line, its "text"
 //       field) or a directory (its .txt and .jsonl files, recursively, sorted by path).
-//       Writes OUT_PREFIX_val_000000.bin, then OUT_PREFIX_train_000001.bin, ...
+//       Writes OUT_PREFIX_val_000000.bin, then OUT_PREFIX_train_000001.bin, ...; inputs that
+//       do not fill the validation shard and give at least one token more are refused.
 // Every mode takes --vocab PATH. The bundled vocabulary and tiny Shakespeare text are found
 // from any current directory (llmc/paths.h); outputs are relative to the current directory.
 #include "dev/data/prepare_data.h"
@@ -97,7 +98,8 @@ int main(int argc, char** argv) {
                "  shards            .txt files (a document each) and .jsonl files (a document per line, its\n"
                "                    \"text\") from the INPUT files and directories (recursively, sorted), each\n"
                "                    document after <|endoftext|>, into OUT_PREFIX_val_000000.bin (the first\n"
-               "                    shard) and OUT_PREFIX_train_NNNNNN.bin of --shard-size tokens (default 1e8)\n"
+               "                    shard) and OUT_PREFIX_train_NNNNNN.bin of --shard-size tokens (default 1e8);\n"
+               "                    the inputs must give more tokens than one shard\n"
                "  --threads N       encoding threads (output identical for any N)\n"
                "  --force           overwrite existing outputs\n"
                "  --vocab PATH      the vocabulary (default: the bundled " ENCODER_PATH ", looked for under\n"

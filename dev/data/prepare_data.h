@@ -5,7 +5,9 @@
 // Documents are encoded in parallel and written in document order, so the output does
 // not depend on the thread count. Every document is preceded by the end-of-text token.
 // Shards use the dataloader's format (llmc/dataloader.h) and are written atomically;
-// an existing output is only replaced with `force`.
+// an existing output is only replaced with `force`. Inputs too small for a training shard
+// are refused before anything is written. Bytes that are not UTF-8 are encoded as they are
+// (byte-level BPE encodes any byte) after a one-line warning per file.
 #pragma once
 
 #include <ctype.h>
@@ -64,6 +66,26 @@ static inline double seconds_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Whether a progress line without its newline is on the terminal (progress_print): a warning
+// ends it first.
+static bool g_progress_line_open = false;
+
+// One line on stderr if the bytes of `path` are not all well-formed UTF-8: how many bytes are
+// not, where the first is, and that they are encoded as they are. GPT-2's byte-level BPE has a
+// token for every byte (llmc/tokenizer.h takes each such byte as a character of its own), so
+// the ids decode back to the file's exact bytes.
+static inline void warn_if_not_utf8(const std::string& path, const std::string& text) {
+    size_t first = 0;
+    size_t count = utf8_invalid_bytes((const uint8_t*)text.data(), text.size(), &first);
+    if (count == 0) { return; }
+    fprintf(stderr,
+            "%swarning: %s: %zu byte%s not UTF-8 (the first at byte offset %zu); encoded as raw bytes, "
+            "which decode back unchanged\n",
+            g_progress_line_open ? "\n" : "", path.c_str(), count, count == 1 ? " is" : "s are", first);
+    fflush(stderr);
+    g_progress_line_open = false;
 }
 
 // ---------------------------------------------------------------------------------
@@ -171,6 +193,7 @@ static inline bool next_document(DocumentReader* reader, std::string* doc) {
         const std::string& path = reader->files[reader->next_file++];
         if (has_suffix(path, ".txt")) {
             *doc = read_whole_file(path.c_str());
+            warn_if_not_utf8(path, *doc);
             return true;
         }
         reader->jsonl = fopen_or_fail(path.c_str(), "rb");
@@ -206,6 +229,7 @@ static inline void progress_print(Progress* p, bool final) {
     fprintf(stderr, "%s%lld documents, %lld tokens, %.1f MB/s%s", p->to_terminal ? "\r" : "",
             (long long)p->documents, (long long)p->tokens, mb_per_s, final || !p->to_terminal ? "\n" : "");
     fflush(stderr);
+    g_progress_line_open = p->to_terminal && !final;
 }
 
 // A batch of documents and, once encoded, their tokens (end-of-text first).
@@ -358,6 +382,8 @@ static inline std::vector<std::string> existing_shards(const std::string& prefix
 }
 
 // Collects tokens and writes them as shards of `shard_size` tokens, the last one partial.
+// A full shard is written when the token after it comes, so that inputs which only fill the
+// validation shard are refused with nothing written (prepare_shards).
 struct ShardWriter {
     std::string prefix;
     int64_t shard_size;
@@ -368,6 +394,7 @@ struct ShardWriter {
 
 static inline void shard_writer_flush(ShardWriter* w) {
     std::string path = shard_path(w->prefix, (int64_t)w->written.size());
+    if (w->written.empty()) { make_parent_directories(path); }
     write_shard(path, w->pending.data(), w->pending.size(), w->force, w->verbose);
     w->written.push_back(path);
     w->pending.clear();
@@ -375,11 +402,19 @@ static inline void shard_writer_flush(ShardWriter* w) {
 
 static inline void shard_writer_add(ShardWriter* w, const std::vector<uint32_t>& ids) {
     for (size_t taken = 0; taken < ids.size();) {
+        if (w->pending.size() == (size_t)w->shard_size) { shard_writer_flush(w); }
         size_t count = std::min((size_t)w->shard_size - w->pending.size(), ids.size() - taken);
         append_uint16(ids.data() + taken, count, &w->pending);
         taken += count;
-        if (w->pending.size() == (size_t)w->shard_size) { shard_writer_flush(w); }
     }
+}
+
+// The inputs as an error message names them: the first three, then how many more.
+static inline std::string inputs_for_message(const std::vector<std::string>& inputs) {
+    std::string text;
+    for (size_t i = 0; i < inputs.size() && i < 3; i++) { text += (i > 0 ? ", " : "") + inputs[i]; }
+    if (inputs.size() > 3) { text += " and " + std::to_string(inputs.size() - 3) + " more"; }
+    return text;
 }
 
 // ---------------------------------------------------------------------------------
@@ -388,6 +423,7 @@ static inline void shard_writer_add(ShardWriter* w, const std::vector<uint32_t>&
 // `encode`: the token ids of a file's bytes on one line.
 static inline void print_encoding(const Tokenizer* tokenizer, const char* path, FILE* out) {
     std::string text = read_whole_file(path);
+    warn_if_not_utf8(path, text);
     std::vector<uint32_t> ids;
     tokenizer_encode(tokenizer, text.data(), text.size(), &ids);
     std::string line;
@@ -444,6 +480,7 @@ static inline void prepare_tinyshakespeare(const Tokenizer* tokenizer, const cha
         }
     }
     std::string text = read_whole_file(text_path);
+    warn_if_not_utf8(text_path, text);
     size_t piece_start = 0;
     bool pieces_left = true;
     DocumentSource next_piece = [&](std::string* doc) {
@@ -461,7 +498,11 @@ static inline void prepare_tinyshakespeare(const Tokenizer* tokenizer, const cha
     std::vector<uint16_t> tokens;
     encode_documents(tokenizer, options->threads, options->verbose, next_piece,
                      [&](const std::vector<uint32_t>& ids) { append_uint16(ids.data(), ids.size(), &tokens); });
-    if (tokens.size() <= TINYSHAKESPEARE_VAL_TOKENS) { fail("%s: too little text for a training split", text_path); }
+    if (tokens.size() <= TINYSHAKESPEARE_VAL_TOKENS) {
+        fail("%s: too little text for a training split: %zu tokens, and the validation shard takes the first %d "
+             "(at least %d needed)",
+             text_path, tokens.size(), TINYSHAKESPEARE_VAL_TOKENS, TINYSHAKESPEARE_VAL_TOKENS + 1);
+    }
     make_parent_directories(val_path);
     write_shard(val_path, tokens.data(), TINYSHAKESPEARE_VAL_TOKENS, options->force, options->verbose);
     write_shard(train_path, tokens.data() + TINYSHAKESPEARE_VAL_TOKENS, tokens.size() - TINYSHAKESPEARE_VAL_TOKENS,
@@ -469,8 +510,9 @@ static inline void prepare_tinyshakespeare(const Tokenizer* tokenizer, const cha
 }
 
 // `shards`: every document of the inputs, in order, cut into shards of `shard_size`
-// tokens; the first is the validation shard. With `force`, shards of an earlier run
-// under the same prefix that this run does not rewrite are removed.
+// tokens; the first is the validation shard. Inputs that do not fill it and give at least
+// one token of training shard are refused, with nothing written. With `force`, shards of
+// an earlier run under the same prefix that this run does not rewrite are removed.
 static inline void prepare_shards(const Tokenizer* tokenizer, const PrepareOptions* options) {
     std::vector<std::string> existing = existing_shards(options->out_prefix);
     if (!existing.empty() && !options->force) {
@@ -478,14 +520,27 @@ static inline void prepare_shards(const Tokenizer* tokenizer, const PrepareOptio
     }
     DocumentReader reader;
     reader.files = collect_input_files(options->inputs);
-    make_parent_directories(options->out_prefix);
-    ShardWriter writer = {options->out_prefix, options->shard_size, options->force, options->verbose, {}, {}};
+    ShardWriter writer = {.prefix = options->out_prefix,
+                          .shard_size = options->shard_size,
+                          .force = options->force,
+                          .verbose = options->verbose,
+                          .pending = {},
+                          .written = {}};
+    int64_t documents = 0;
     encode_documents(tokenizer, options->threads, options->verbose,
                      [&](std::string* doc) { return next_document(&reader, doc); },
-                     [&](const std::vector<uint32_t>& ids) { shard_writer_add(&writer, ids); });
-    if (!writer.pending.empty()) { shard_writer_flush(&writer); }
-    if (writer.written.empty()) { fail("the inputs hold no documents"); }
+                     [&](const std::vector<uint32_t>& ids) {
+                         documents++;
+                         shard_writer_add(&writer, ids);
+                     });
     document_reader_free(&reader);
+    if (writer.written.empty()) {  // every token is in the validation shard, none left to train on
+        fail("the inputs (%s) give %lld document%s of %zu tokens in all, too few: the validation shard takes the "
+             "first %lld (--shard-size) and training needs at least one more; nothing written",
+             inputs_for_message(options->inputs).c_str(), (long long)documents, documents == 1 ? "" : "s",
+             writer.pending.size(), (long long)options->shard_size);
+    }
+    shard_writer_flush(&writer);
     for (const std::string& path : existing) {
         bool rewritten = std::find(writer.written.begin(), writer.written.end(), path) != writer.written.end();
         if (!rewritten && remove(path.c_str()) != 0) {

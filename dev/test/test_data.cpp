@@ -488,6 +488,22 @@ TEST(sha256_known_vectors) {
 // ---------------------------------------------------------------------------------
 // prepare_data.
 
+// Runs fn() in a child process, CHECKs that it exits 0 and returns its stderr.
+template <typename F>
+static std::string stderr_of_success(F fn) {
+    char err[8192];
+    int status = run_in_child(fn, err, sizeof(err));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return err;
+}
+
+// How many times `part` occurs in `text`.
+static size_t occurrences(const std::string& text, const std::string& part) {
+    size_t count = 0;
+    for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) { count++; }
+    return count;
+}
+
 static std::vector<uint16_t> shard_tokens(const std::string& path) {
     std::string bytes = read_file(path);
     std::vector<uint16_t> tokens;
@@ -529,7 +545,9 @@ TEST(tool_encode_decode_round_trip) {
     for (int b = 0; b < 256; b++) { any_bytes.push_back((char)b); }
     any_bytes += "\xff\xfe\xc3 truncated \xe2\x82";
     write_file(dir + "/any.bin", any_bytes);
-    CHECK(run_command("./prepare_data encode " + dir + "/any.bin > " + dir + "/any.ids") == 0);
+    CHECK(run_command("./prepare_data encode " + dir + "/any.bin > " + dir + "/any.ids 2> " + dir + "/any.err") == 0);
+    CHECK(read_file(dir + "/any.err").find("/any.bin: 133 bytes are not UTF-8 (the first at byte offset 191)") !=
+          std::string::npos);
     std::string ids = read_file(dir + "/any.ids");
     CHECK(!ids.empty() && ids.back() == '\n' && ids.find('\n') == ids.size() - 1);
     CHECK(ids.find("  ") == std::string::npos && ids[0] != ' ');
@@ -639,7 +657,9 @@ TEST(shards_mode_keeps_documents_and_is_thread_count_independent) {
     options.shard_size = 2000;
     options.out_prefix = dir + "/one/data";
     options.inputs = {dir + "/corpus"};
-    prepare_shards(gpt2_tokenizer(), &options);
+    std::string c_warning = "warning: " + dir + "/corpus/sub/c.txt: 3 bytes are not UTF-8 (the first at byte offset 6)";
+    std::string err = stderr_of_success([&] { prepare_shards(gpt2_tokenizer(), &options); });
+    CHECK(occurrences(err, "warning: ") == 1 && err.find(c_warning) != std::string::npos);
     int64_t num_shards = 0;
     std::vector<uint16_t> tokens = all_shard_tokens(options.out_prefix, &num_shards);
     CHECK(decode_documents(tokens) == docs);
@@ -656,7 +676,7 @@ TEST(shards_mode_keeps_documents_and_is_thread_count_independent) {
     }
     options.threads = 4;
     options.out_prefix = dir + "/four_direct/data";
-    prepare_shards(gpt2_tokenizer(), &options);
+    CHECK(stderr_of_success([&] { prepare_shards(gpt2_tokenizer(), &options); }).find(c_warning) != std::string::npos);
     for (int64_t i = 0; i <= num_shards; i++) {
         CHECK(read_file(shard_path(dir + "/one/data", i)) == read_file(shard_path(options.out_prefix, i)));
     }
@@ -720,12 +740,155 @@ TEST(shards_mode_refuses_to_overwrite_without_force) {
     CHECK(read_file(first_shard) == before);
     // With --force the shards are rewritten, and those the new run does not produce go.
     options.force = true;
-    options.shard_size = 1000000;
+    options.shard_size = (int64_t)all_shard_tokens(options.out_prefix, &num_shards).size() - 1;
     prepare_shards(gpt2_tokenizer(), &options);
     int64_t forced_shards = 0;
     all_shard_tokens(options.out_prefix, &forced_shards);
-    CHECK(num_shards > 1 && forced_shards == 1);
-    CHECK(existing_shards(options.out_prefix) == std::vector<std::string>{first_shard});
+    CHECK(num_shards > 2 && forced_shards == 2);
+    std::vector<std::string> kept = {first_shard, shard_path(options.out_prefix, 1)};
+    CHECK(existing_shards(options.out_prefix) == kept);
+    CHECK(shard_tokens(shard_path(options.out_prefix, 1)).size() == 1);
+    remove_dir(dir);
+}
+
+// Inputs that only fill the validation shard (or not even that) give no training data: the run
+// fails naming them and the counts, and writes, creates and removes nothing.
+TEST(shards_mode_refuses_inputs_without_training_data) {
+    std::string dir = make_temp_dir();
+    std::string text = "A small document, too small for a shard of training data.\n";
+    write_file(dir + "/a.txt", text);
+    std::vector<uint32_t> ids;
+    tokenizer_encode(gpt2_tokenizer(), text.data(), text.size(), &ids);
+    int64_t tokens = 1 + (int64_t)ids.size();  // the end-of-text token first
+    PrepareOptions options = quiet_options(2);
+    options.out_prefix = dir + "/out/data";
+    options.inputs = {dir + "/a.txt"};
+    for (int64_t shard_size : {tokens, tokens + 1, (int64_t)100000000}) {
+        options.shard_size = shard_size;
+        std::string expected = "error: the inputs (" + dir + "/a.txt) give 1 document of " + std::to_string(tokens) +
+                               " tokens in all, too few: the validation shard takes the first " +
+                               std::to_string(shard_size) + " (--shard-size) and training needs at least one more; "
+                               "nothing written\n";
+        char err[4096];
+        int status = run_in_child([&] { prepare_shards(gpt2_tokenizer(), &options); }, err, sizeof(err));
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1 && err == expected);
+        CHECK(!std::filesystem::exists(dir + "/out"));
+    }
+    std::string tool = "./prepare_data shards -o " + options.out_prefix + " " + dir + "/a.txt";
+    CHECK(run_command(tool + " > " + dir + "/tool.out 2> " + dir + "/tool.err") == 1);
+    CHECK(read_file(dir + "/tool.err").find("\nerror: the inputs (" + dir + "/a.txt) give 1 document of") !=
+          std::string::npos);
+    CHECK(read_file(dir + "/tool.out").empty() && !std::filesystem::exists(dir + "/out"));
+
+    // One token more than a shard: a validation shard and a training shard of one token.
+    options.shard_size = tokens - 1;
+    prepare_shards(gpt2_tokenizer(), &options);
+    CHECK(shard_tokens(shard_path(options.out_prefix, 0)).size() == (size_t)tokens - 1);
+    CHECK(shard_tokens(shard_path(options.out_prefix, 1)).size() == 1);
+    // A refused run with --force leaves an earlier run's shards as they were.
+    std::string val_before = read_file(shard_path(options.out_prefix, 0));
+    options.force = true;
+    options.shard_size = tokens;
+    CHECK(expect_exit_failure([&] { prepare_shards(gpt2_tokenizer(), &options); }, "nothing written"));
+    CHECK(read_file(shard_path(options.out_prefix, 0)) == val_before);
+    CHECK(shard_tokens(shard_path(options.out_prefix, 1)).size() == 1);
+
+    // No documents at all (blank lines); many inputs are named by the first three.
+    write_file(dir + "/blank.jsonl", "\n  \n");
+    options.inputs = {dir + "/blank.jsonl"};
+    options.out_prefix = dir + "/blank/data";
+    CHECK(expect_exit_failure([&] { prepare_shards(gpt2_tokenizer(), &options); },
+                              ") give 0 documents of 0 tokens in all, too few"));
+    options.inputs = {dir + "/a.txt", dir + "/a.txt", dir + "/blank.jsonl", dir + "/a.txt", dir + "/a.txt"};
+    options.shard_size = 4 * tokens;
+    std::string named = "the inputs (" + dir + "/a.txt, " + dir + "/a.txt, " + dir + "/blank.jsonl and 2 more) " +
+                        "give 4 documents of " + std::to_string(4 * tokens) + " tokens in all";
+    CHECK(expect_exit_failure([&] { prepare_shards(gpt2_tokenizer(), &options); }, named.c_str()));
+    CHECK(!std::filesystem::exists(dir + "/blank"));
+    remove_dir(dir);
+}
+
+TEST(tinyshakespeare_refuses_text_without_training_data) {
+    std::string dir = make_temp_dir();
+    write_file(dir + "/short.txt", "Too short.");
+    PrepareOptions options = quiet_options(1);
+    std::string text = dir + "/short.txt", out = dir + "/out";
+    CHECK(expect_exit_failure(
+        [&] { prepare_tinyshakespeare(gpt2_tokenizer(), text.c_str(), out.c_str(), &options); },
+        (dir + "/short.txt: too little text for a training split: 4 tokens, and the validation shard takes the first "
+               "32768 (at least 32769 needed)").c_str()));
+    CHECK(!std::filesystem::exists(dir + "/out"));
+    remove_dir(dir);
+}
+
+TEST(utf8_invalid_bytes_counts_what_the_tokenizer_takes_as_bytes) {
+    struct Case {
+        std::string bytes;
+        size_t count, first;
+    };
+    const Case cases[] = {
+        {"", 0, 0},
+        {"plain ASCII", 0, 11},
+        {"caf\xc3\xa9 \xf0\x9f\x98\x80 \xe2\x82\xac", 0, 14},
+        {"a\x80" "b", 1, 1},
+        {"ok \xff\xfe text \xe2\x82", 4, 3},      // a sequence cut short: each of its bytes
+        {"\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80", 9, 0},  // overlong, surrogate, above U+10FFFF
+        {"\xe2\x82x", 2, 0},
+    };
+    for (const Case& c : cases) {
+        size_t first = 99;
+        size_t count = utf8_invalid_bytes((const uint8_t*)c.bytes.data(), c.bytes.size(), &first);
+        CHECK(count == c.count && first == c.first);
+        if (count != c.count || first != c.first) {
+            fprintf(stderr, "  %zu bytes: %zu invalid from %zu\n", c.bytes.size(), count, first);
+        }
+    }
+}
+
+// Bytes that are not UTF-8: one warning per file in every mode that reads text files, and the
+// bytes encoded as they are.
+TEST(invalid_utf8_is_warned_once_per_file_and_kept) {
+    std::string dir = make_temp_dir();
+    std::vector<std::string> docs = {"ok \xff\xfe text \xe2\x82", "plain caf\xc3\xa9", "a\x80" "b \x80"};
+    for (size_t i = 0; i < docs.size(); i++) { write_file(dir + "/" + std::to_string(i) + ".txt", docs[i]); }
+    std::string warning0 = "warning: " + dir + "/0.txt: 4 bytes are not UTF-8 (the first at byte offset 3); "
+                           "encoded as raw bytes, which decode back unchanged\n";
+    std::string warning2 = "warning: " + dir + "/2.txt: 2 bytes are not UTF-8 (the first at byte offset 1); "
+                           "encoded as raw bytes, which decode back unchanged\n";
+    PrepareOptions options = quiet_options(2);
+    options.shard_size = 4;
+    options.out_prefix = dir + "/out/data";
+    options.inputs = {dir + "/0.txt", dir + "/1.txt", dir + "/2.txt"};
+    CHECK(stderr_of_success([&] { prepare_shards(gpt2_tokenizer(), &options); }) == warning0 + warning2);
+    int64_t num_shards = 0;
+    CHECK(decode_documents(all_shard_tokens(options.out_prefix, &num_shards)) == docs);
+
+    // encode: the warning on stderr, the ids on stdout decode back to the bytes.
+    std::string encode = "./prepare_data encode " + dir + "/0.txt > " + dir + "/0.ids 2> " + dir + "/0.err";
+    CHECK(run_command(encode) == 0 && read_file(dir + "/0.err") == warning0);
+    CHECK(run_command("./prepare_data decode < " + dir + "/0.ids > " + dir + "/0.out") == 0);
+    CHECK(read_file(dir + "/0.out") == docs[0]);
+    CHECK(run_command("./prepare_data encode " + dir + "/1.txt > /dev/null 2> " + dir + "/1.err") == 0);
+    CHECK(read_file(dir + "/1.err").empty());
+    write_file(dir + "/one.txt", "a\xfe");
+    CHECK(run_command("./prepare_data encode " + dir + "/one.txt > /dev/null 2> " + dir + "/one.err") == 0);
+    CHECK(read_file(dir + "/one.err") == "warning: " + dir + "/one.txt: 1 byte is not UTF-8 (the first at byte " +
+                                             "offset 1); encoded as raw bytes, which decode back unchanged\n");
+
+    // tinyshakespeare: its text with a stray byte.
+    std::string text = read_file(TINYSHAKESPEARE_TEXT) + "\xff";
+    write_file(dir + "/shakespeare.txt", text);
+    std::string err = stderr_of_success([&] {
+        prepare_tinyshakespeare(gpt2_tokenizer(), (dir + "/shakespeare.txt").c_str(), (dir + "/ts").c_str(), &options);
+    });
+    CHECK(err == "warning: " + dir + "/shakespeare.txt: 1 byte is not UTF-8 (the first at byte offset " +
+                     std::to_string(text.size() - 1) + "); encoded as raw bytes, which decode back unchanged\n");
+    std::vector<uint16_t> tokens = shard_tokens(dir + "/ts/tiny_shakespeare_val.bin");
+    std::vector<uint16_t> train = shard_tokens(dir + "/ts/tiny_shakespeare_train.bin");
+    tokens.insert(tokens.end(), train.begin(), train.end());
+    std::string decoded;
+    for (const std::string& doc : decode_documents(tokens)) { decoded += doc; }
+    CHECK(decoded == text);
     remove_dir(dir);
 }
 
