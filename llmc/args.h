@@ -20,15 +20,15 @@
 #include "llmc/utils.h"
 #include "llmc/zero.h"
 
-constexpr int kSpikeWindowDefault = 64;
+constexpr int SPIKE_WINDOW_DEFAULT = 64;
 // Measured on a healthy run (make train's: GPT-2 124M, tiny Shakespeare, 300 steps): with W = 64
 // the largest z of the gradient norm was 2.96, so 6 leaves twice that margin, while a real loss
 // spike multiplies the norm many times over (z far above 6).
-constexpr float kSpikeZDefault = 6.0f;
+constexpr float SPIKE_Z_DEFAULT = 6.0f;
 
-constexpr const char* kTinyShakespeareTrain = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
-constexpr const char* kTinyShakespeareVal = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
-constexpr const char* kGpt2Vocabulary = "dev/data/gpt2_encoder.json";
+constexpr const char* TINY_SHAKESPEARE_TRAIN = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+constexpr const char* TINY_SHAKESPEARE_VAL = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+constexpr const char* GPT2_VOCABULARY = "dev/data/gpt2_encoder.json";
 
 // The flags that shape the run's numbers, at their defaults (-1: decided later, from the data or
 // the model).
@@ -47,8 +47,8 @@ static inline RunShape args_default_shape() {
     r.eps = 1e-8f;
     r.grad_clip = 1.0f;
     r.seed = 1337;
-    r.spike_z = kSpikeZDefault;
-    r.spike_window = kSpikeWindowDefault;
+    r.spike_z = SPIKE_Z_DEFAULT;
+    r.spike_window = SPIKE_WINDOW_DEFAULT;
     return r;
 }
 
@@ -154,7 +154,7 @@ static inline void args_print_usage(FILE* out) {
         "  --top-k K           sample from the K most likely tokens, 0 = all (default 0)\n"
         "  --top-p P           then from the most likely ones summing to P, 1 = all (default 1.0)\n"
         "  --show-ids          also print each completion's token ids\n"
-        "  -h          this help\n", kSpikeZDefault);
+        "  -h          this help\n", SPIKE_Z_DEFAULT);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -323,7 +323,7 @@ static inline bool args_check_optimizer(const TrainArgs* a, std::string* e) {
            args_require(r->eps > 0.0f, "--eps", "must be positive", e) &&
            args_require(r->grad_clip >= 0.0f, "-gc", "must not be negative", e) &&
            args_require(r->spike_z >= 0.0f, "-sg", "must not be negative (0: off)", e) &&
-           args_require(r->spike_window >= 2 && r->spike_window <= kOutlierCapacity, "--spike-window",
+           args_require(r->spike_window >= 2 && r->spike_window <= OUTLIER_CAPACITY, "--spike-window",
                         "must be in [2, 64]", e) &&
            args_require(a->max_skips >= 1, "--max-skips", "must be at least 1", e) &&
            args_require(r->use_tf32 >= 0 && r->use_tf32 <= 2, "-f", "must be 0, 1 or 2", e) &&
@@ -388,10 +388,10 @@ static inline bool args_parse(int argc, char** argv, int world, TrainArgs* a, st
 // or only evaluating reads no data. Fails naming the places looked.
 static inline void args_find_bundled_files(TrainArgs* a) {
     bool trains = args_trains(a);
-    if (trains && a->train_pattern.empty()) { a->train_pattern = find_bundled_file(kTinyShakespeareTrain, nullptr, "-i"); }
-    if (trains && a->val_pattern.empty()) { a->val_pattern = find_bundled_file(kTinyShakespeareVal, nullptr, "-j"); }
+    if (trains && a->train_pattern.empty()) { a->train_pattern = find_bundled_file(TINY_SHAKESPEARE_TRAIN, nullptr, "-i"); }
+    if (trains && a->val_pattern.empty()) { a->val_pattern = find_bundled_file(TINY_SHAKESPEARE_VAL, nullptr, "-j"); }
     const char* tokenizer = a->tokenizer.empty() ? nullptr : a->tokenizer.c_str();
-    a->tokenizer = find_bundled_file(kGpt2Vocabulary, tokenizer, "--tokenizer");
+    a->tokenizer = find_bundled_file(GPT2_VOCABULARY, tokenizer, "--tokenizer");
 }
 
 // The trainer's arguments: -h prints the usage and exits 0, a bad flag fails with its error.

@@ -12,7 +12,7 @@
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "crc32c_update loads 8 bytes as a little-endian word");
 
-constexpr uint32_t kCrc32cPolynomial = 0x82F63B78;  // 0x1EDC6F41 bit-reversed
+constexpr uint32_t CRC32C_POLYNOMIAL = 0x82F63B78;  // 0x1EDC6F41 bit-reversed
 
 // tables[0][b]: the CRC register after shifting byte b through it alone; tables[k][b]: the same
 // byte followed by k zero bytes, so eight bytes combine in one step.
@@ -24,7 +24,7 @@ constexpr Crc32cTables crc32c_make_tables() {
     Crc32cTables t = {};
     for (uint32_t b = 0; b < 256; b++) {
         uint32_t crc = b;
-        for (int bit = 0; bit < 8; bit++) { crc = (crc >> 1) ^ ((crc & 1) ? kCrc32cPolynomial : 0); }
+        for (int bit = 0; bit < 8; bit++) { crc = (crc >> 1) ^ ((crc & 1) ? CRC32C_POLYNOMIAL : 0); }
         t.tables[0][b] = crc;
     }
     for (int k = 1; k < 8; k++) {
@@ -36,12 +36,12 @@ constexpr Crc32cTables crc32c_make_tables() {
     return t;
 }
 
-inline constexpr Crc32cTables kCrc32c = crc32c_make_tables();
+inline constexpr Crc32cTables CRC32C_TABLES = crc32c_make_tables();
 
 // The CRC of the bytes so far (`crc`, 0 before the first) extended by `n` more at `data`.
 static inline uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
     const uint8_t* p = (const uint8_t*)data;
-    const uint32_t(*t)[256] = kCrc32c.tables;
+    const uint32_t(*t)[256] = CRC32C_TABLES.tables;
     uint32_t reg = ~crc;  // the stored CRC is the register inverted, so 0 starts from all ones
     for (; n >= 8; p += 8, n -= 8) {
         uint64_t word;

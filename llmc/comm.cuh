@@ -19,7 +19,7 @@
 
 struct Comm {
     int rank, world, local_rank;
-    cudaStream_t stream;  // where the collectives and the gradient buckets' work run (NULL: the main stream)
+    cudaStream_t stream;  // where the collectives and the gradient buckets' work run (nullptr: the main stream)
 #ifdef USE_NCCL
     ncclComm_t nccl;
     ncclComm_t nccl_background;  // the same ranks with few CTAs, for moves that overlap computation
@@ -152,11 +152,11 @@ static void comm_init(Comm* comm, const LaunchInfo* me, const char* rendezvous_d
 #else
     ncclUniqueId id;
     if (me->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
-    if (rendezvous_dir != NULL) {
+    if (rendezvous_dir != nullptr) {
         rendezvous_file(me, rendezvous_dir, &id, sizeof(id), 300.0);
     } else {
         rendezvous_tcp(me, &id, sizeof(id), 300.0);
-        liveness_start(NULL);  // a rank that dies makes the others exit within seconds
+        liveness_start(nullptr);  // a rank that dies makes the others exit within seconds
     }
     ncclConfig_t config = comm_config();
     ncclCheck(ncclCommInitRankConfig(&comm->nccl, me->world, id, me->rank, &config));
@@ -191,7 +191,7 @@ static void comm_wait(const Comm* comm, cudaEvent_t event) {
             fail("rank %d: NCCL failed while waiting for the GPU: %s", comm->rank, ncclGetErrorString(async_error));
         }
         struct timespec pause = {0, 50000};
-        nanosleep(&pause, NULL);
+        nanosleep(&pause, nullptr);
     }
 #endif
     if (cudaEventSynchronize(event) != cudaSuccess) { fail("rank %d: the GPU failed while waiting", comm->rank); }
@@ -216,7 +216,7 @@ static void comm_all_gather(const Comm* comm, float* buffer, size_t count) {
 
 // Messages of at most COMM_MESSAGE_FLOATS, which NCCL spreads over its channels (one 3 GB
 // message per peer measured 2.5x slower on 2 H200s).
-static const size_t COMM_MESSAGE_FLOATS = (size_t)1 << 24;
+constexpr size_t COMM_MESSAGE_FLOATS = (size_t)1 << 24;
 
 // Posts this rank's messages of a move (llmc/zero.h's zero_messages) as one NCCL group on
 // comm->stream: sends read from `source`, receives write into `dest`. background: a move that

@@ -35,10 +35,10 @@
 
 #include "llmc/utils.h"
 
-#define DATALOADER_MAGIC 20240520
-#define DATALOADER_VERSION 1
-#define DATALOADER_HEADER_INTS 256
-#define DATALOADER_HEADER_BYTES (DATALOADER_HEADER_INTS * (int64_t)sizeof(int32_t))
+constexpr int32_t DATALOADER_MAGIC = 20240520;
+constexpr int32_t DATALOADER_VERSION = 1;
+constexpr int DATALOADER_HEADER_INTS = 256;
+constexpr int64_t DATALOADER_HEADER_BYTES = DATALOADER_HEADER_INTS * (int64_t)sizeof(int32_t);
 
 // The loader's position, for checkpoints: 64 bytes, fixed-size fields, no padding.
 // It is the same on every rank (saved between optimizer steps). The fields after batch_index identify the run's
@@ -195,7 +195,7 @@ static inline void dl_read_shard(const char* path, uint32_t vocab_size, std::vec
 // The files matching `pattern`, sorted bytewise (whatever the locale); none is a fatal error.
 static inline std::vector<std::string> dl_glob_sorted(const char* pattern) {
     glob_t matches;
-    int rc = glob(pattern, GLOB_NOSORT, NULL, &matches);
+    int rc = glob(pattern, GLOB_NOSORT, nullptr, &matches);
     if (rc == GLOB_NOMATCH) { fail("no data shards match the pattern %s", pattern); }
     if (rc != 0) { fail("cannot expand the data pattern %s (glob error %d)", pattern, rc); }
     std::vector<std::string> paths(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
@@ -445,8 +445,8 @@ static inline int dataloader_max_batch(const char* pattern, int T, int micro_bat
 static inline void dataloader_free(DataLoader* dl) {
     free(dl->inputs);
     free(dl->targets);
-    dl->inputs = NULL;
-    dl->targets = NULL;
+    dl->inputs = nullptr;
+    dl->targets = nullptr;
     dl->shard_paths.clear();
     dl->shard_tokens.clear();
     dl->shard_batches.clear();

@@ -18,11 +18,11 @@
 #include "llmc/run_shape.h"
 #include "llmc/utils.h"
 
-static const int DEBUG_STATE_MAGIC = 20240327;
-static const int DEBUG_STATE_CLASSIC = 2;
-static const int DEBUG_STATE_VERSION = 4;
-static const int DEBUG_STATE_HEADER_INTS = 256;
-static const int DEBUG_STATE_MAX_STEPS = 10000;
+constexpr int DEBUG_STATE_MAGIC = 20240327;
+constexpr int DEBUG_STATE_CLASSIC = 2;
+constexpr int DEBUG_STATE_VERSION = 4;
+constexpr int DEBUG_STATE_HEADER_INTS = 256;
+constexpr int DEBUG_STATE_MAX_STEPS = 10000;
 
 struct DebugState {
     int version, B, T, num_steps;

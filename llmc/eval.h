@@ -39,15 +39,15 @@
 #include "llmc/tokenizer.h"
 #include "llmc/utils.h"
 
-constexpr int kEvalEndings = 4;
-constexpr int kEvalAlign = 8;  // a batch's T is a multiple of this, or the run's T
+constexpr int EVAL_ENDINGS = 4;
+constexpr int EVAL_ALIGN = 8;  // a batch's T is a multiple of this, or the run's T
 
 struct EvalExample {
     int line = 0;                             // 1-based line number in the file
     int label = 0;                            // the right ending
     std::vector<int> context;                 // the context's last tokens, as many as the longest row keeps
-    std::vector<int> endings[kEvalEndings];   // the tokens of " " + ending i
-    int context_len[kEvalEndings] = {};       // row i: the last context_len[i] tokens of context, then ending i
+    std::vector<int> endings[EVAL_ENDINGS];   // the tokens of " " + ending i
+    int context_len[EVAL_ENDINGS] = {};       // row i: the last context_len[i] tokens of context, then ending i
 };
 
 struct EvalSet {
@@ -71,7 +71,7 @@ struct EvalBatch {
     std::vector<EvalRow> used;
 };
 
-typedef std::array<double, kEvalEndings> EvalLosses;  // an example's mean loss per ending
+using EvalLosses = std::array<double, EVAL_ENDINGS>;  // an example's mean loss per ending
 
 struct EvalResult {
     int correct = 0, evaluated = 0;
@@ -95,7 +95,7 @@ static inline bool eval_parse_json(const char* text, size_t size, const char* wh
 
 // "WHERE: "key" is missing" or "WHERE: "key" is not <what>"; false.
 static inline bool eval_bad_member(const char* where, const char* key, const JsonValue* value, const char* what, std::string* error) {
-    if (value == NULL) { return set_problem(error, "%s: \"%s\" is missing", where, key); }
+    if (value == nullptr) { return set_problem(error, "%s: \"%s\" is missing", where, key); }
     return set_problem(error, "%s: \"%s\" is not %s", where, key, what);
 }
 
@@ -103,17 +103,17 @@ static inline bool eval_bad_member(const char* where, const char* key, const Jso
 static inline bool eval_check_members(const JsonValue& v, const char* where, std::string* error) {
     if (v.type != JSON_OBJECT) { return set_problem(error, "%s: not a JSON object", where); }
     const JsonValue* ctx = v.find("ctx");
-    if (ctx == NULL || ctx->type != JSON_STRING) { return eval_bad_member(where, "ctx", ctx, "a string", error); }
+    if (ctx == nullptr || ctx->type != JSON_STRING) { return eval_bad_member(where, "ctx", ctx, "a string", error); }
     const JsonValue* endings = v.find("endings");
-    bool four_strings = endings != NULL && endings->type == JSON_ARRAY && endings->items.size() == kEvalEndings &&
+    bool four_strings = endings != nullptr && endings->type == JSON_ARRAY && endings->items.size() == EVAL_ENDINGS &&
                         std::all_of(endings->items.begin(), endings->items.end(),
                                     [](const JsonValue& e) { return e.type == JSON_STRING; });
     if (!four_strings) { return eval_bad_member(where, "endings", endings, "an array of 4 strings", error); }
     const JsonValue* label = v.find("label");
-    if (label == NULL || label->type != JSON_NUMBER || !label->is_integer) {
+    if (label == nullptr || label->type != JSON_NUMBER || !label->is_integer) {
         return eval_bad_member(where, "label", label, "an integer", error);
     }
-    if (label->integer < 0 || label->integer >= kEvalEndings) {
+    if (label->integer < 0 || label->integer >= EVAL_ENDINGS) {
         return set_problem(error, "%s: \"label\" is %lld, not 0..3", where, (long long)label->integer);
     }
     return true;
@@ -144,7 +144,7 @@ static inline void eval_keep(EvalSet* set, EvalExample* ex) {
         return;
     }
     int64_t context_size = (int64_t)ex->context.size(), longest_kept = 0, shortest_kept = context_size;
-    for (int i = 0; i < kEvalEndings; i++) {
+    for (int i = 0; i < EVAL_ENDINGS; i++) {
         int64_t room = (int64_t)set->T - (int64_t)ex->endings[i].size();
         if (room < 1) {
             set->skipped_long++;
@@ -172,7 +172,7 @@ static inline bool eval_read_line(EvalSet* set, const char* text, size_t size, i
     ex.label = (int)value.find("label")->integer;
     if (!eval_encode(tok, value.find("ctx")->string, vocab_size, where.c_str(), &ex.context, error)) { return false; }
     const std::vector<JsonValue>& endings = value.find("endings")->items;
-    for (int i = 0; i < kEvalEndings; i++) {
+    for (int i = 0; i < EVAL_ENDINGS; i++) {
         if (!eval_encode(tok, " " + endings[i].string, vocab_size, where.c_str(), &ex.endings[i], error)) { return false; }
     }
     eval_keep(set, &ex);
@@ -197,8 +197,8 @@ static inline bool eval_load(const char* path, const Tokenizer* tok, int vocab_s
     set->path = path;
     set->T = T;
     FILE* f = fopen(path, "rb");
-    if (f == NULL) { return set_problem(error, "%s: cannot open (%s)", path, strerror(errno)); }
-    char* text = NULL;
+    if (f == nullptr) { return set_problem(error, "%s: cannot open (%s)", path, strerror(errno)); }
+    char* text = nullptr;
     size_t capacity = 0;
     ssize_t size;
     bool ok = true;
@@ -220,19 +220,19 @@ static inline bool eval_load(const char* path, const Tokenizer* tok, int vocab_s
 
 static inline int eval_longest_row(const EvalExample& ex) {
     int longest = 0;
-    for (int i = 0; i < kEvalEndings; i++) { longest = std::max(longest, eval_row_length(ex, i)); }
+    for (int i = 0; i < EVAL_ENDINGS; i++) { longest = std::max(longest, eval_row_length(ex, i)); }
     return longest;
 }
 
 // A forward pass's T for rows of up to `longest` tokens.
 static inline int eval_batch_T(int longest, int T) {
-    return std::min((longest + kEvalAlign - 1) / kEvalAlign * kEvalAlign, T);
+    return std::min((longest + EVAL_ALIGN - 1) / EVAL_ALIGN * EVAL_ALIGN, T);
 }
 
 // Writes example e's rows into b from row `row` on (inputs and targets zero there).
 static inline void eval_fill_rows(const EvalSet& set, int e, int row, EvalBatch* b) {
     const EvalExample& ex = set.examples[e];
-    for (int i = 0; i < kEvalEndings; i++, row++) {
+    for (int i = 0; i < EVAL_ENDINGS; i++, row++) {
         int c = ex.context_len[i], length = eval_row_length(ex, i);
         int* input = &b->inputs[(size_t)row * b->T];
         std::copy(ex.context.end() - c, ex.context.end(), input);
@@ -245,11 +245,11 @@ static inline void eval_fill_rows(const EvalSet& set, int e, int row, EvalBatch*
 // The batch of examples order[start, end), the last one holding the longest row.
 static inline EvalBatch eval_make_batch(const EvalSet& set, const std::vector<int>& order, size_t start, size_t end) {
     EvalBatch b;
-    b.rows = (int)(end - start) * kEvalEndings;
+    b.rows = (int)(end - start) * EVAL_ENDINGS;
     b.T = eval_batch_T(eval_longest_row(set.examples[order[end - 1]]), set.T);
     b.inputs.assign((size_t)b.rows * b.T, 0);
     b.targets.assign((size_t)b.rows * b.T, 0);
-    for (size_t k = start; k < end; k++) { eval_fill_rows(set, order[k], (int)(k - start) * kEvalEndings, &b); }
+    for (size_t k = start; k < end; k++) { eval_fill_rows(set, order[k], (int)(k - start) * EVAL_ENDINGS, &b); }
     return b;
 }
 
@@ -258,7 +258,7 @@ static inline EvalBatch eval_make_batch(const EvalSet& set, const std::vector<in
 static inline bool eval_plan(const EvalSet& set, size_t max_tokens, int rank, int world, std::vector<EvalBatch>* batches,
                              std::string* error) {
     batches->clear();
-    if (max_tokens < (size_t)kEvalEndings * set.T) {
+    if (max_tokens < (size_t)EVAL_ENDINGS * set.T) {
         return set_problem(error, "--eval needs room for 4 rows of T tokens per forward pass (B >= 4)");
     }
     std::vector<int> longest(set.examples.size()), order(set.examples.size());
@@ -269,7 +269,7 @@ static inline bool eval_plan(const EvalSet& set, size_t max_tokens, int rank, in
     for (size_t start = 0, end; start < order.size(); start = end, index++) {
         end = start + 1;  // grow while the rows still fit at the newest (longest) example's T
         while (end < order.size() &&
-               (end - start + 1) * kEvalEndings * eval_batch_T(longest[order[end]], set.T) <= max_tokens) {
+               (end - start + 1) * EVAL_ENDINGS * eval_batch_T(longest[order[end]], set.T) <= max_tokens) {
             end++;
         }
         if (index % (size_t)world == (size_t)rank) { batches->push_back(eval_make_batch(set, order, start, end)); }

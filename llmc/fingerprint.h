@@ -13,14 +13,14 @@
 #include "llmc/model_file.h"
 #include "llmc/run_shape.h"
 
-constexpr uint64_t kFnv1aOffset = 0xcbf29ce484222325ull;
-constexpr uint64_t kFnv1aPrime = 0x100000001b3ull;
+constexpr uint64_t FNV1A_OFFSET = 0xcbf29ce484222325ull;
+constexpr uint64_t FNV1A_PRIME = 0x100000001b3ull;
 
-// The hash so far (kFnv1aOffset before the first unit) extended by `count` units.
+// The hash so far (FNV1A_OFFSET before the first unit) extended by `count` units.
 template <typename Unit>
 static inline uint64_t fnv1a(uint64_t hash, const Unit* units, size_t count) {
     static_assert(std::is_unsigned<Unit>::value, "FNV-1a folds in unsigned units");
-    for (size_t i = 0; i < count; i++) { hash = (hash ^ units[i]) * kFnv1aPrime; }
+    for (size_t i = 0; i < count; i++) { hash = (hash ^ units[i]) * FNV1A_PRIME; }
     return hash;
 }
 
@@ -32,7 +32,7 @@ static inline uint64_t fnv1a_bytes(uint64_t hash, const void* data, size_t size)
 // set (shard paths and sizes) and the step it starts from.
 static inline uint64_t run_fingerprint(const RunShape* shape, const ModelShape* model, const DataLoader* train,
                                        const DataLoader* val, int start_step) {
-    uint64_t hash = fnv1a_bytes(kFnv1aOffset, shape, sizeof(*shape));
+    uint64_t hash = fnv1a_bytes(FNV1A_OFFSET, shape, sizeof(*shape));
     hash = fnv1a_bytes(hash, model, sizeof(*model));
     for (const DataLoader* loader : {train, val}) {
         for (size_t i = 0; i < loader->shard_paths.size(); i++) {

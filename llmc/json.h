@@ -10,7 +10,7 @@
 //   About 100 bytes per value: for small documents such as config.json.
 // Strict: no trailing text, no leading zeros, no control characters or ill-formed UTF-8
 // in strings, no lone surrogates, no numbers beyond double (or integers beyond int64),
-// and at most kJsonMaxDepth nested arrays and objects, so deep input cannot overflow the stack.
+// and at most JSON_MAX_DEPTH nested arrays and objects, so deep input cannot overflow the stack.
 #pragma once
 
 #include <math.h>
@@ -24,7 +24,7 @@
 
 #include "llmc/utf8.h"
 
-constexpr int kJsonMaxDepth = 64;
+constexpr int JSON_MAX_DEPTH = 64;
 
 // ----------------------------------------------------------------------------
 // Cursor primitives
@@ -58,7 +58,7 @@ static inline bool json_error(JsonCursor* c, const char* problem) { return json_
 
 // "bad JSON at byte N: problem", the one-line message of a failed cursor.
 static inline void json_format_error(const JsonCursor& c, char* error, size_t error_size) {
-    if (error != NULL && error_size > 0) { snprintf(error, error_size, "bad JSON at byte %zu: %s", c.error_pos, c.problem); }
+    if (error != nullptr && error_size > 0) { snprintf(error, error_size, "bad JSON at byte %zu: %s", c.error_pos, c.problem); }
 }
 
 static inline bool is_json_space(uint8_t b) { return b == ' ' || b == '\t' || b == '\r' || b == '\n'; }
@@ -203,7 +203,7 @@ static inline bool json_integer_value(JsonCursor* c, size_t start, size_t end, i
 // (correctly rounded; the "C" locale's '.' is assumed: the project never calls setlocale).
 static inline bool json_double_value(JsonCursor* c, size_t start, size_t end, double* value) {
     std::string text((const char*)c->data + start, end - start);
-    *value = strtod(text.c_str(), NULL);
+    *value = strtod(text.c_str(), nullptr);
     if (isinf(*value)) { return json_error_at(c, start, "number out of range"); }
     return true;
 }
@@ -257,7 +257,7 @@ static inline bool json_container(JsonCursor* c, int depth, char open, ElementFn
     bool array = open == '[';
     char close = array ? ']' : '}';
     if (json_peek(c) != open) { return json_error(c, array ? "expected '['" : "expected '{'"); }
-    if (depth >= kJsonMaxDepth) { return json_error(c, "nesting deeper than 64 levels"); }
+    if (depth >= JSON_MAX_DEPTH) { return json_error(c, "nesting deeper than 64 levels"); }
     c->pos++;
     if (json_peek(c) == close) {
         c->pos++;
@@ -302,39 +302,39 @@ struct JsonValue {
     std::vector<JsonValue> items;   // JSON_ARRAY elements; JSON_OBJECT member values
     std::vector<std::string> keys;  // JSON_OBJECT member names: keys[i] names items[i]
 
-    // The value of the first member named `key`, or NULL (also when this is not an object).
+    // The value of the first member named `key`, or nullptr (also when this is not an object).
     const JsonValue* find(const std::string& key) const {
-        if (type != JSON_OBJECT) { return NULL; }
+        if (type != JSON_OBJECT) { return nullptr; }
         for (size_t i = 0; i < keys.size(); i++) {
             if (keys[i] == key) { return &items[i]; }
         }
-        return NULL;
+        return nullptr;
     }
 };
 
 // Skips space, then reads any value at nesting `depth` into *out (a fresh JsonValue); with
-// out NULL it only checks the value, keeping nothing.
+// out nullptr it only checks the value, keeping nothing.
 static inline bool json_value(JsonCursor* c, JsonValue* out, int depth) {
     int next = json_peek(c);
     if (next == '[') {
-        if (out != NULL) { out->type = JSON_ARRAY; }
+        if (out != nullptr) { out->type = JSON_ARRAY; }
         return json_array(c, depth, [&](size_t) {
-            if (out == NULL) { return json_value(c, NULL, depth + 1); }
+            if (out == nullptr) { return json_value(c, nullptr, depth + 1); }
             out->items.emplace_back();
             return json_value(c, &out->items.back(), depth + 1);
         });
     }
     if (next == '{') {
-        if (out != NULL) { out->type = JSON_OBJECT; }
+        if (out != nullptr) { out->type = JSON_OBJECT; }
         return json_object(c, depth, [&](std::string& key) {
-            if (out == NULL) { return json_value(c, NULL, depth + 1); }
+            if (out == nullptr) { return json_value(c, nullptr, depth + 1); }
             out->keys.push_back(std::move(key));
             out->items.emplace_back();
             return json_value(c, &out->items.back(), depth + 1);
         });
     }
     JsonValue scalar;  // where an unkept scalar is read
-    JsonValue* v = out != NULL ? out : &scalar;
+    JsonValue* v = out != nullptr ? out : &scalar;
     switch (next) {
         case '"': v->type = JSON_STRING; return json_string(c, &v->string);
         case 't': v->type = JSON_BOOL; v->boolean = true; return json_literal(c, "true");
@@ -372,7 +372,7 @@ static inline bool json_parse(const char* text, size_t size, JsonValue* out, cha
 // `text` as a JSON string literal: quotes, backslash escapes for '"', '\' and control
 // characters; UTF-8 kept as is, each byte of an ill-formed sequence written as U+FFFD.
 static inline std::string json_quote(const std::string& text) {
-    static const char kHex[] = "0123456789abcdef";
+    static constexpr char HEX[] = "0123456789abcdef";
     const uint8_t* s = (const uint8_t*)text.data();
     std::string out = "\"";
     for (size_t pos = 0; pos < text.size();) {
@@ -395,8 +395,8 @@ static inline std::string json_quote(const std::string& text) {
             default:
                 if (b >= 0x20) { out.push_back((char)b); break; }
                 out += "\\u00";
-                out.push_back(kHex[b >> 4]);
-                out.push_back(kHex[b & 15]);
+                out.push_back(HEX[b >> 4]);
+                out.push_back(HEX[b & 15]);
         }
     }
     out.push_back('"');

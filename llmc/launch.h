@@ -40,15 +40,15 @@ struct LaunchInfo {
     char source[64];        // which launcher's variables were read
 };
 
-typedef const char* (*EnvLookup)(const char* name);  // getenv by default; tests pass a fake
+using EnvLookup = const char* (*)(const char* name);  // getenv by default; tests pass a fake
 
 static inline const char* launch_getenv(const char* name) { return getenv(name); }
 
 // Reads an integer variable into *value; false if unset, fails if not an integer.
 static inline bool launch_env_int(EnvLookup lookup, const char* name, int* value) {
     const char* text = lookup(name);
-    if (text == NULL) { return false; }
-    char* end = NULL;
+    if (text == nullptr) { return false; }
+    char* end = nullptr;
     errno = 0;
     long parsed = strtol(text, &end, 10);
     bool starts_ok = text[0] == '-' || (text[0] >= '0' && text[0] <= '9');
@@ -63,14 +63,19 @@ static inline bool launch_env_int(EnvLookup lookup, const char* name, int* value
 // counts as present when its size variable is set. A missing local-rank variable defaults
 // to the rank (all ranks on one node).
 static inline LaunchInfo launch_info_from_env(EnvLookup lookup = launch_getenv) {
-    static const char* const sources[][4] = {
+    static constexpr const char* LAUNCHERS[][4] = {
         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun (RANK, WORLD_SIZE)"},
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
          "mpirun (OMPI_COMM_WORLD_*)"},
         {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "srun (SLURM_*)"},
     };
-    LaunchInfo info = {0, 1, 0, "127.0.0.1", 29500, "none (one process)"};
-    for (const auto& src : sources) {
+    LaunchInfo info = {.rank = 0,
+                       .world = 1,
+                       .local_rank = 0,
+                       .master_addr = "127.0.0.1",
+                       .master_port = 29500,
+                       .source = "none (one process)"};
+    for (const auto& src : LAUNCHERS) {
         if (!launch_env_int(lookup, src[1], &info.world)) { continue; }
         if (info.world < 1) { fail("%s=%d must be at least 1", src[1], info.world); }
         if (!launch_env_int(lookup, src[0], &info.rank)) {
@@ -86,7 +91,7 @@ static inline LaunchInfo launch_info_from_env(EnvLookup lookup = launch_getenv) 
         break;
     }
     const char* addr = lookup("MASTER_ADDR");
-    if (addr != NULL) {
+    if (addr != nullptr) {
         if (addr[0] == '\0' || strlen(addr) >= sizeof(info.master_addr)) {
             fail("MASTER_ADDR=%s is empty or too long", addr);
         }
@@ -98,7 +103,7 @@ static inline LaunchInfo launch_info_from_env(EnvLookup lookup = launch_getenv) 
     }
     // torchrun's agent keeps its own store on MASTER_PORT: meet on the port above it
     const char* agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE");
-    if (agent_store != NULL && strcmp(agent_store, "True") == 0) {
+    if (agent_store != nullptr && strcmp(agent_store, "True") == 0) {
         if (info.master_port == 65535) { fail("MASTER_PORT=65535 leaves no port above torchrun's store"); }
         info.master_port++;
     }
@@ -108,9 +113,9 @@ static inline LaunchInfo launch_info_from_env(EnvLookup lookup = launch_getenv) 
 // ---------------------------------------------------------------------------------
 // 2. Meeting: rendezvous. Rank 0's blob (size bytes) is copied to every other rank's blob.
 
-#define LAUNCH_MAGIC 0x6c6c6d63u   // "llmc": a joining rank's hello and the id file
-#define LAUNCH_GOODBYE 'G'         // liveness: "this rank ends normally"
-#define LAUNCH_FAILED 'F'          // liveness: "this rank failed and printed why"
+constexpr uint32_t LAUNCH_MAGIC = 0x6c6c6d63u;  // "llmc": a joining rank's hello and the id file
+constexpr char LAUNCH_GOODBYE = 'G';            // liveness: "this rank ends normally"
+constexpr char LAUNCH_FAILED = 'F';             // liveness: "this rank failed and printed why"
 
 static inline double launch_now(void) {
     struct timespec ts;
@@ -165,7 +170,7 @@ struct Liveness {
     int wake_pipe[2] = {-1, -1};        // liveness_finish() wakes the watcher through it
     pthread_t thread;
     bool running = false;
-    void (*on_peer_lost)(int peer_rank) = NULL;
+    void (*on_peer_lost)(int peer_rank) = nullptr;
 };
 static Liveness g_liveness;
 
@@ -210,7 +215,7 @@ static inline void rendezvous_tcp_root(const LaunchInfo* me, const void* blob, s
             fail("rendezvous: only %d of %d ranks joined at port %d within %g s", joined, me->world,
                  me->master_port, timeout_s);
         }
-        int fd = ready < 0 ? -1 : accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = ready < 0 ? -1 : accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd < 0) { continue; }  // EINTR, or a connection that went away
         uint32_t hello[3];  // magic, rank, world, in network byte order
         double hello_deadline = deadline < launch_now() + 5.0 ? deadline : launch_now() + 5.0;
@@ -278,16 +283,16 @@ static inline void rendezvous_tcp_join(const LaunchInfo* me, void* blob, size_t 
             fail("rendezvous: rank %d could not reach rank 0 at %s:%s within %g s (%s; check MASTER_ADDR "
                  "and MASTER_PORT)", me->rank, me->master_addr, port, timeout_s, last_error);
         }
-        struct addrinfo hints = {}, *found = NULL;
+        struct addrinfo hints = {}, *found = nullptr;
         hints.ai_family = AF_INET;
         hints.ai_socktype = SOCK_STREAM;
         int gai = getaddrinfo(me->master_addr, port, &hints, &found);
         if (gai != 0) { last_error = gai_strerror(gai); }
-        for (struct addrinfo* a = found; a != NULL && fd < 0; a = a->ai_next) {
+        for (struct addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
             fd = launch_connect(a, deadline);
             if (fd < 0) { last_error = strerror(errno); }
         }
-        if (found != NULL) { freeaddrinfo(found); }
+        if (found != nullptr) { freeaddrinfo(found); }
         if (fd < 0) { launch_sleep_ms(100); }
     }
     uint32_t hello[3] = {htonl(LAUNCH_MAGIC), htonl((uint32_t)me->rank), htonl((uint32_t)me->world)};
@@ -322,7 +327,7 @@ static inline void rendezvous_tcp(const LaunchInfo* me, void* blob, size_t size,
 static inline uint64_t launch_nonce(void) {
     uint64_t nonce = 0;
     FILE* f = fopen("/dev/urandom", "rb");
-    if (f != NULL) {
+    if (f != nullptr) {
         if (fread(&nonce, sizeof(nonce), 1, f) != 1) { nonce = 0; }
         fclose(f);
     }
@@ -331,20 +336,20 @@ static inline uint64_t launch_nonce(void) {
 }
 
 // The whole file, or an empty vector if it cannot be read (missing, being replaced).
-static inline std::vector<uint64_t> launch_read_words(const char* path) {
+static inline std::vector<uint64_t> launch_read_words(const std::string& path) {
     std::vector<uint64_t> words;
-    int64_t bytes = file_size(path);
-    FILE* f = bytes > 0 ? fopen(path, "rb") : NULL;
-    if (f == NULL) { return words; }
+    int64_t bytes = file_size(path.c_str());
+    FILE* f = bytes > 0 ? fopen(path.c_str(), "rb") : nullptr;
+    if (f == nullptr) { return words; }
     words.resize((size_t)(bytes + 7) / 8);
     if (fread(words.data(), 1, (size_t)bytes, f) != (size_t)bytes) { words.clear(); }
     fclose(f);
     return words;
 }
 
-static inline void launch_write_atomic(const char* path, const void* data, size_t bytes) {
+static inline void launch_write_atomic(const std::string& path, const void* data, size_t bytes) {
     AtomicFile af;
-    open_atomic(&af, path);
+    open_atomic(&af, path.c_str());
     atomic_write_or_fail(&af, data, 1, bytes);
     commit_atomic(&af);
 }
@@ -354,23 +359,20 @@ static inline void launch_make_dirs(const char* dir) {
     std::error_code error, stat_error;
     std::filesystem::create_directories(dir, error);
     if (error || !std::filesystem::is_directory(dir, stat_error)) {
-        const char* reason = error ? error.message().c_str() : "not a directory";
-        fail("rendezvous: cannot create directory %s: %s", dir, reason);
+        std::string reason = error ? error.message() : "not a directory";
+        fail("rendezvous: cannot create directory %s: %s", dir, reason.c_str());
     }
 }
 
 // Rank 0 removes nccl_id and join_<digits> left by earlier runs.
 static inline void launch_remove_stale(const char* dir) {
-    char path[4096 + 300];
-    snprintf(path, sizeof(path), "%s/nccl_id", dir);
-    remove(path);
+    remove((std::string(dir) + "/nccl_id").c_str());
     DIR* d = opendir(dir);
-    if (d == NULL) { fail("rendezvous: cannot list %s: %s", dir, strerror(errno)); }
-    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    if (d == nullptr) { fail("rendezvous: cannot list %s: %s", dir, strerror(errno)); }
+    for (struct dirent* e; (e = readdir(d)) != nullptr;) {
         const char* digits = e->d_name + 5;
         if (strncmp(e->d_name, "join_", 5) != 0 || digits[strspn(digits, "0123456789")] != '\0') { continue; }
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        remove(path);
+        remove((std::string(dir) + "/" + e->d_name).c_str());
     }
     closedir(d);
 }
@@ -380,8 +382,7 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
     if (me->world == 1) { return; }
     double deadline = launch_now() + timeout_s;
     launch_make_dirs(dir);
-    char id_path[4096 + 16], join_path[4096 + 32];
-    snprintf(id_path, sizeof(id_path), "%s/nccl_id", dir);
+    std::string id_path = std::string(dir) + "/nccl_id";
     size_t header_words = 3 + (size_t)me->world;
     if (me->rank == 0) {
         launch_remove_stale(dir);
@@ -392,8 +393,7 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
         for (int joined = 1;;) {
             for (int rank = 1; rank < me->world; rank++) {
                 if (file[3 + rank] != 0) { continue; }  // already read
-                snprintf(join_path, sizeof(join_path), "%s/join_%d", dir, rank);
-                std::vector<uint64_t> join = launch_read_words(join_path);
+                std::vector<uint64_t> join = launch_read_words(std::string(dir) + "/join_" + std::to_string(rank));
                 if (join.size() == 2 && join[0] == LAUNCH_MAGIC && join[1] != 0) {
                     file[3 + rank] = join[1];
                     joined++;
@@ -411,7 +411,7 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
         return;
     }
     uint64_t join[2] = {LAUNCH_MAGIC, launch_nonce()};
-    snprintf(join_path, sizeof(join_path), "%s/join_%d", dir, me->rank);
+    std::string join_path = std::string(dir) + "/join_" + std::to_string(me->rank);
     for (;;) {
         std::vector<uint64_t> mine = launch_read_words(join_path);
         if (mine.size() != 2 || mine[1] != join[1]) { launch_write_atomic(join_path, join, sizeof(join)); }
@@ -419,7 +419,7 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
         if (id.size() == header_words + (size + 7) / 8 && id[0] == LAUNCH_MAGIC &&
             id[1] == (uint64_t)me->world && id[2] == size && id[3 + me->rank] == join[1]) {
             memcpy(blob, &id[header_words], size);
-            remove(join_path);  // rank 0 has read it
+            remove(join_path.c_str());  // rank 0 has read it
             return;
         }
         if (launch_now() >= deadline) {
@@ -438,7 +438,7 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
 
 [[noreturn]] static inline void liveness_peer_lost(int peer_rank) {
     fprintf(stderr, "error: rank %d stopped unexpectedly (connection to it closed)\n", peer_rank);
-    if (g_liveness.on_peer_lost != NULL) { g_liveness.on_peer_lost(peer_rank); }
+    if (g_liveness.on_peer_lost != nullptr) { g_liveness.on_peer_lost(peer_rank); }
     _exit(1);  // not exit(): the main thread may be running or blocked
 }
 
@@ -458,16 +458,16 @@ static inline void* liveness_watch(void*) {
     std::vector<bool> said_goodbye(watched.size(), false);
     for (;;) {
         if (poll(watched.data(), watched.size(), -1) < 0) { continue; }  // EINTR
-        if (watched[0].revents != 0) { return NULL; }                   // liveness_finish()
+        if (watched[0].revents != 0) { return nullptr; }                   // liveness_finish()
         for (size_t i = 1; i < watched.size(); i++) {
             if (watched[i].revents == 0) { continue; }
             char buf[64];
             ssize_t got = recv(watched[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
-            if (got > 0 && memchr(buf, LAUNCH_FAILED, (size_t)got) != NULL) {
+            if (got > 0 && memchr(buf, LAUNCH_FAILED, (size_t)got) != nullptr) {
                 liveness_tell_failed();
                 _exit(1);  // the failed rank printed the error
             }
-            if (got > 0 && memchr(buf, LAUNCH_GOODBYE, (size_t)got) != NULL) { said_goodbye[i] = true; }
+            if (got > 0 && memchr(buf, LAUNCH_GOODBYE, (size_t)got) != nullptr) { said_goodbye[i] = true; }
             if (got > 0 || (got < 0 && (errno == EINTR || errno == EAGAIN))) { continue; }
             watched[i].fd = -1;  // EOF or error: stop watching it
             if (!said_goodbye[i]) { liveness_peer_lost(peer_ranks[i - 1]); }
@@ -480,7 +480,7 @@ static inline void liveness_start(void (*on_peer_lost)(int peer_rank)) {
     if (g_liveness.running || g_liveness.fds.empty()) { return; }
     g_liveness.on_peer_lost = on_peer_lost;
     if (pipe2(g_liveness.wake_pipe, O_CLOEXEC) != 0) { fail("liveness: pipe: %s", strerror(errno)); }
-    int err = pthread_create(&g_liveness.thread, NULL, liveness_watch, NULL);
+    int err = pthread_create(&g_liveness.thread, nullptr, liveness_watch, nullptr);
     if (err != 0) { fail("liveness: cannot start the watcher thread: %s", strerror(err)); }
     g_liveness.running = true;
     g_fail_hook = liveness_tell_failed;
@@ -493,7 +493,7 @@ static inline void liveness_finish(void) {
     if (g_liveness.running) {
         char wake = 1;
         if (write(g_liveness.wake_pipe[1], &wake, 1) != 1) { fail("liveness: cannot stop the watcher"); }
-        pthread_join(g_liveness.thread, NULL);
+        pthread_join(g_liveness.thread, nullptr);
         close(g_liveness.wake_pipe[0]);
         close(g_liveness.wake_pipe[1]);
         g_liveness.running = false;
@@ -518,7 +518,7 @@ static inline int launch_gpus_flag(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--gpus") != 0 && strcmp(argv[i], "-ng") != 0) { continue; }
         if (i + 1 >= argc) { fail("%s needs a value (the number of GPUs)", argv[i]); }
-        char* end = NULL;
+        char* end = nullptr;
         long value = strtol(argv[i + 1], &end, 10);
         if (*end != '\0' || end == argv[i + 1] || value < 1 || value > 1024) {
             fail("%s %s: the number of GPUs must be an integer from 1 to 1024", argv[i], argv[i + 1]);
@@ -533,7 +533,7 @@ static inline int launch_gpus_flag(int argc, char** argv) {
 // connections (32768 and up by default): the other ranks' connection attempts, made while rank 0
 // starts, cannot take it first, as they could take a port the kernel handed out (port 0).
 static inline int launch_free_port(void) {
-    unsigned int seed = (unsigned int)getpid() ^ (unsigned int)time(NULL);
+    unsigned int seed = (unsigned int)getpid() ^ (unsigned int)time(nullptr);
     for (int attempt = 0; attempt < 1000; attempt++) {
         int port = 20000 + (int)(rand_r(&seed) % 12000);
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -549,7 +549,7 @@ static inline int launch_free_port(void) {
 }
 
 // The children, for the signal handler that forwards SIGINT/SIGTERM (0 = reaped).
-static volatile pid_t* g_launch_children = NULL;
+static volatile pid_t* g_launch_children = nullptr;
 static int g_launch_num_children = 0;
 
 static inline void launch_forward_signal(int sig) {
@@ -560,11 +560,12 @@ static inline void launch_forward_signal(int sig) {
 
 // Child k's environment: ours minus the launch variables, plus its own.
 static inline std::vector<std::string> launch_child_env(int rank, int world, int port) {
-    static const char* const ours[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT="};
+    static constexpr const char* LAUNCH_VARIABLES[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=",
+                                                       "MASTER_PORT="};
     std::vector<std::string> env;
-    for (char** e = environ; *e != NULL; e++) {
+    for (char** e = environ; *e != nullptr; e++) {
         bool replaced = false;
-        for (const char* prefix : ours) { replaced |= strncmp(*e, prefix, strlen(prefix)) == 0; }
+        for (const char* prefix : LAUNCH_VARIABLES) { replaced |= strncmp(*e, prefix, strlen(prefix)) == 0; }
         if (!replaced) { env.push_back(*e); }
     }
     env.push_back("RANK=" + std::to_string(rank));
@@ -582,11 +583,11 @@ static struct sigaction g_launch_old_int, g_launch_old_term, g_launch_old_usr1;
 static inline void launch_child_signals(void) {
     struct sigaction action = {};
     action.sa_handler = g_launch_old_int.sa_handler == SIG_IGN ? SIG_IGN : SIG_DFL;
-    sigaction(SIGINT, &action, NULL);
+    sigaction(SIGINT, &action, nullptr);
     action.sa_handler = g_launch_old_term.sa_handler == SIG_IGN ? SIG_IGN : SIG_DFL;
-    sigaction(SIGTERM, &action, NULL);
+    sigaction(SIGTERM, &action, nullptr);
     action.sa_handler = g_launch_old_usr1.sa_handler == SIG_IGN ? SIG_IGN : SIG_DFL;
-    sigaction(SIGUSR1, &action, NULL);
+    sigaction(SIGUSR1, &action, nullptr);
 }
 
 // Starts one rank and records its pid in *slot. SIGINT/SIGTERM wait (blocked) until then,
@@ -595,7 +596,7 @@ static inline void launch_spawn(char** child_argv, const std::vector<std::string
                                 volatile pid_t* slot) {
     std::vector<char*> envp;
     for (const std::string& e : env) { envp.push_back((char*)e.c_str()); }
-    envp.push_back(NULL);
+    envp.push_back(nullptr);
     sigset_t stop, saved;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
@@ -609,7 +610,7 @@ static inline void launch_spawn(char** child_argv, const std::vector<std::string
     if (pid == 0) {
         launch_child_signals();
         setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher only, which passes it on once
-        pthread_sigmask(SIG_SETMASK, &saved, NULL);
+        pthread_sigmask(SIG_SETMASK, &saved, nullptr);
         prctl(PR_SET_PDEATHSIG, SIGTERM);  // the ranks end with the launcher
         if (getppid() != parent) { _exit(1); }
         execve("/proc/self/exe", child_argv, envp.data());
@@ -618,7 +619,7 @@ static inline void launch_spawn(char** child_argv, const std::vector<std::string
     }
     if (pid < 0) { fail("cannot start a rank: fork: %s", strerror(errno)); }
     *slot = pid;
-    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    pthread_sigmask(SIG_SETMASK, &saved, nullptr);
 }
 
 // Exit status for the caller: 0, the code a rank exited with, or 128 + its signal.
@@ -658,7 +659,7 @@ static inline int launch_local(int gpus, int argc, char** argv) {
         if (i > 0 && (strcmp(argv[i], "--gpus") == 0 || strcmp(argv[i], "-ng") == 0)) { i++; continue; }
         child_argv.push_back(argv[i]);
     }
-    child_argv.push_back(NULL);
+    child_argv.push_back(nullptr);
     int port = launch_free_port();
     std::vector<pid_t> children(gpus, 0);
     g_launch_children = children.data();
@@ -689,10 +690,10 @@ static inline int launch_local(int gpus, int argc, char** argv) {
         if (launch_now() >= kill_at) { launch_forward_signal(SIGKILL); kill_at = 1e300; }
         launch_sleep_ms(20);
     }
-    sigaction(SIGINT, &g_launch_old_int, NULL);
-    sigaction(SIGTERM, &g_launch_old_term, NULL);
-    sigaction(SIGUSR1, &g_launch_old_usr1, NULL);
+    sigaction(SIGINT, &g_launch_old_int, nullptr);
+    sigaction(SIGTERM, &g_launch_old_term, nullptr);
+    sigaction(SIGUSR1, &g_launch_old_usr1, nullptr);
     g_launch_num_children = 0;
-    g_launch_children = NULL;
+    g_launch_children = nullptr;
     return result;
 }

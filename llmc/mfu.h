@@ -9,14 +9,14 @@ struct GpuPeak {
     float tf32_tflops;
 };
 
-inline constexpr GpuPeak kTf32Peaks[] = {
+inline constexpr GpuPeak TF32_PEAKS[] = {
     {"H100 PCIe", 378.0f}, {"H100", 494.7f}, {"H200", 494.7f}, {"GH200", 494.7f},
     {"A100", 156.0f},      {"L40S", 183.0f}, {"RTX 4090", 82.6f}, {"A10", 62.5f},
 };
 
 // The TF32 peak of the device named device_name, or 0 when unknown (no MFU then).
 static inline float tf32_peak_tflops(const char* device_name) {
-    for (const GpuPeak& gpu : kTf32Peaks) {
+    for (const GpuPeak& gpu : TF32_PEAKS) {
         if (strstr(device_name, gpu.name) != nullptr) { return gpu.tf32_tflops; }
     }
     return 0.0f;

@@ -1,4 +1,4 @@
-// A gradient-norm spike detector: OutlierWindow holds the last W values (W <= kOutlierCapacity)
+// A gradient-norm spike detector: OutlierWindow holds the last W values (W <= OUTLIER_CAPACITY)
 // in a fixed-size ring, and outlier_zscore() says how many population standard deviations a new
 // value lies from their mean. The window is plain old data of a fixed size, so a checkpoint can
 // store it with memcpy and a restored run computes the same numbers bit for bit: the sums run in
@@ -24,24 +24,24 @@
 #define OUTLIER_HOST_DEVICE
 #endif
 
-constexpr int32_t kOutlierCapacity = 64;
+constexpr int32_t OUTLIER_CAPACITY = 64;
 
 // Below this spread relative to the mean, the window's values are equal up to rounding: no z.
-constexpr double kOutlierMinRelativeStd = 1e-12;
+constexpr double OUTLIER_MIN_RELATIVE_STD = 1e-12;
 
 struct OutlierWindow {
-    double values[kOutlierCapacity];  // a ring: the newest value sits just before `next`
+    double values[OUTLIER_CAPACITY];  // a ring: the newest value sits just before `next`
     int32_t window;                   // W: how many values make the statistics
     int32_t count;                    // values held so far, at most W
     int32_t next;                     // where the next value goes, in [0, W)
     int32_t reserved;                 // zero: keeps the size free of padding
 };
-static_assert(sizeof(OutlierWindow) == kOutlierCapacity * sizeof(double) + 16, "OutlierWindow is saved in checkpoints");
+static_assert(sizeof(OutlierWindow) == OUTLIER_CAPACITY * sizeof(double) + 16, "OutlierWindow is saved in checkpoints");
 static_assert(std::is_trivially_copyable<OutlierWindow>::value, "OutlierWindow is saved and restored with memcpy");
 
-// An empty window of W values (2 <= W <= kOutlierCapacity).
+// An empty window of W values (2 <= W <= OUTLIER_CAPACITY).
 static inline void outlier_init(OutlierWindow* w, int window) {
-    if (window < 2 || window > kOutlierCapacity) { fail("outlier window %d is outside [2, %d]", window, kOutlierCapacity); }
+    if (window < 2 || window > OUTLIER_CAPACITY) { fail("outlier window %d is outside [2, %d]", window, OUTLIER_CAPACITY); }
     memset(w, 0, sizeof(*w));
     w->window = window;
 }
@@ -49,7 +49,7 @@ static inline void outlier_init(OutlierWindow* w, int window) {
 // Whether a window read back from a file is one that outlier_init and outlier_push can make
 // (check it before use: a bad position would index outside the ring).
 static inline bool outlier_valid(const OutlierWindow* w) {
-    if (w->window < 2 || w->window > kOutlierCapacity || w->reserved != 0) { return false; }
+    if (w->window < 2 || w->window > OUTLIER_CAPACITY || w->reserved != 0) { return false; }
     if (w->count < 0 || w->count > w->window || w->next < 0 || w->next >= w->window) { return false; }
     if (w->count < w->window && w->next != w->count) { return false; }  // a filling ring starts at 0
     for (int32_t i = 0; i < w->count; i++) {
@@ -84,6 +84,6 @@ OUTLIER_HOST_DEVICE static inline double outlier_zscore(const OutlierWindow* w, 
         squares += deviation * deviation;
     }
     double stddev = sqrt(squares / w->count);
-    if (!(stddev > kOutlierMinRelativeStd * fabs(mean))) { return 0.0; }
+    if (!(stddev > OUTLIER_MIN_RELATIVE_STD * fabs(mean))) { return 0.0; }
     return (value - mean) / stddev;
 }

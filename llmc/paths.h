@@ -41,7 +41,7 @@ static inline std::vector<std::string> bundled_file_dirs(void) {
         if (!dir.empty() && std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) { dirs.push_back(dir); }
     };
     char cwd[PATH_MAX];
-    add(getcwd(cwd, sizeof(cwd)) != NULL ? cwd : ".");
+    add(getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : ".");
     std::string exe = executable_dir();
     for (int up = 0; up <= 2 && !exe.empty(); up++, exe = parent_dir(exe)) { add(exe); }
 #ifdef GPT2FP32_SOURCE_DIR
@@ -58,13 +58,13 @@ static inline bool bundled_file_usable(const char* path) {
 
 // The path to open for the bundled file `relative` (e.g. "dev/data/gpt2_encoder.json").
 // `explicit_path` is the value of the command-line flag `flag` (e.g. "--vocab") that names
-// the file, or NULL when the flag was not given; when given it is returned as is and must
+// the file, or nullptr when the flag was not given; when given it is returned as is and must
 // exist. Otherwise returns `relative` if it exists from the current directory, else the
 // first existing absolute path among the other places, else fails with one line naming every
-// place looked (and the flag, if there is one: `flag` may be NULL).
+// place looked (and the flag, if there is one: `flag` may be nullptr).
 static inline std::string find_bundled_file(const char* relative, const char* explicit_path, const char* flag) {
-    if (explicit_path != NULL) {
-        std::string named = flag != NULL ? std::string(flag) + " " + explicit_path : std::string(explicit_path);
+    if (explicit_path != nullptr) {
+        std::string named = flag != nullptr ? std::string(flag) + " " + explicit_path : std::string(explicit_path);
         struct stat st;
         if (stat(explicit_path, &st) != 0) { fail("%s: %s", named.c_str(), strerror(errno)); }
         if (S_ISDIR(st.st_mode)) { fail("%s: is a directory", named.c_str()); }
@@ -77,6 +77,6 @@ static inline std::string find_bundled_file(const char* relative, const char* ex
         if (bundled_file_usable(candidate.c_str())) { return i == 0 ? std::string(relative) : candidate; }
         looked += (i == 0 ? "" : ", ") + candidate;
     }
-    if (flag != NULL) { fail("cannot find %s: looked in %s; pass %s PATH", relative, looked.c_str(), flag); }
+    if (flag != nullptr) { fail("cannot find %s: looked in %s; pass %s PATH", relative, looked.c_str(), flag); }
     fail("cannot find %s: looked in %s", relative, looked.c_str());
 }

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 
-typedef enum { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR = 1, SCHEDULE_CONSTANT = 2 } Schedule;
+enum Schedule { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR = 1, SCHEDULE_CONSTANT = 2 };
 
 static inline const char* schedule_name(int schedule) {
     return schedule == SCHEDULE_LINEAR ? "linear" : schedule == SCHEDULE_CONSTANT ? "constant" : "cosine";
@@ -15,13 +15,13 @@ static inline const char* schedule_name(int schedule) {
 // of B x T per optimizer step over all GPUs (-d / B*T), so a run may resume on another number of
 // GPUs. use_tf32 holds -f: 0 FP32 accuracy (split TF32 since 2026-11-26; plain FP32 before), 1
 // TF32, 2 plain FP32.
-typedef struct {
+struct RunShape {
     int32_t B, T, micro_batches, max_steps, warmup_steps, schedule, attention, use_tf32, overfit_single_batch;
     float lr, final_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
     float spike_z;         // -sg: skip an update whose norm is this many std devs above the recent ones
     int32_t spike_window;  // --spike-window: how many recent norms
-} RunShape;
+};
 
 // Learning rate of step (0-based): linear warmup to lr, then the decay to final_lr_frac * lr.
 static inline float learning_rate(const RunShape* r, int step) {

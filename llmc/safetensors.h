@@ -24,8 +24,8 @@
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors.h reads and writes in host byte order");
 
-constexpr uint64_t kSafetensorsMaxHeader = 100000000;  // the format's own limit on N
-constexpr size_t kSafetensorsNameInError = 64;         // bytes of a name quoted in an error
+constexpr uint64_t SAFETENSORS_MAX_HEADER = 100000000;  // the format's own limit on N
+constexpr size_t SAFETENSORS_NAME_IN_ERROR = 64;         // bytes of a name quoted in an error
 
 struct SafeTensor {
     std::string name, dtype;
@@ -51,11 +51,11 @@ struct SafeTensorOut {
 
 // Bytes per element of a standard dtype name, or 0 if unknown.
 static inline size_t safetensors_dtype_size(const std::string& dtype) {
-    static const struct { const char* name; size_t size; } kDtypes[] = {
+    static constexpr struct { const char* name; size_t size; } DTYPES[] = {
         {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"U16", 2}, {"I16", 2}, {"F16", 2},
         {"BF16", 2}, {"U32", 4}, {"I32", 4}, {"F32", 4}, {"U64", 8}, {"I64", 8}, {"F64", 8},
     };
-    for (const auto& known : kDtypes) {
+    for (const auto& known : DTYPES) {
         if (dtype == known.name) { return known.size; }
     }
     return 0;
@@ -63,7 +63,7 @@ static inline size_t safetensors_dtype_size(const std::string& dtype) {
 
 // Writes a formatted one-line message to error (if error_size > 0); returns false.
 static inline bool safetensors_error(char* error, size_t error_size, const char* fmt, ...) {
-    if (error == NULL || error_size == 0) { return false; }
+    if (error == nullptr || error_size == 0) { return false; }
     va_list args;
     va_start(args, fmt);
     vsnprintf(error, error_size, fmt, args);
@@ -73,20 +73,20 @@ static inline bool safetensors_error(char* error, size_t error_size, const char*
 
 // A name for an error message: JSON-quoted (so it stays on one line), long ones cut short.
 static inline std::string safetensors_quoted(const std::string& name) {
-    if (name.size() <= kSafetensorsNameInError) { return json_quote(name); }
-    size_t cut = kSafetensorsNameInError;
+    if (name.size() <= SAFETENSORS_NAME_IN_ERROR) { return json_quote(name); }
+    size_t cut = SAFETENSORS_NAME_IN_ERROR;
     while (cut > 0 && ((uint8_t)name[cut] & 0xC0) == 0x80) { cut--; }  // not inside a UTF-8 sequence
     return json_quote(name.substr(0, cut)) + "...";
 }
 
-// The first name that occurs twice in `names`, or NULL.
+// The first name that occurs twice in `names`, or nullptr.
 static inline const std::string* safetensors_first_duplicate(const std::vector<const std::string*>& names) {
     std::vector<const std::string*> sorted = names;
     std::sort(sorted.begin(), sorted.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
     for (size_t i = 1; i < sorted.size(); i++) {
         if (*sorted[i] == *sorted[i - 1]) { return sorted[i]; }
     }
-    return NULL;
+    return nullptr;
 }
 
 static inline uint64_t safetensors_read_u64_le(const uint8_t* p) {
@@ -108,9 +108,9 @@ static inline bool safetensors_header_length(const uint8_t* bytes, size_t availa
         return safetensors_error(error, error_size, "header length %llu runs past the end of the file (%llu bytes)",
                                  (unsigned long long)n, (unsigned long long)file_size);
     }
-    if (n > kSafetensorsMaxHeader) {
+    if (n > SAFETENSORS_MAX_HEADER) {
         return safetensors_error(error, error_size, "header length %llu is over the limit of %llu bytes",
-                                 (unsigned long long)n, (unsigned long long)kSafetensorsMaxHeader);
+                                 (unsigned long long)n, (unsigned long long)SAFETENSORS_MAX_HEADER);
     }
     *header_length = n;
     return true;
@@ -130,7 +130,7 @@ static inline bool safetensors_shape_bytes(const std::vector<int64_t>& shape, si
     return true;
 }
 
-static const char* const kSafeTensorKeys[3] = {"dtype", "shape", "data_offsets"};
+constexpr const char* SAFETENSOR_KEYS[3] = {"dtype", "shape", "data_offsets"};
 
 // One header parse: the cursor over its JSON, and where a format error (a defect other than
 // bad JSON) goes. A failed step returns false with either the cursor's problem set or
@@ -144,7 +144,7 @@ struct SafeHeaderParse {
 
 static inline bool safetensors_format_error(SafeHeaderParse* p, const char* fmt, ...) {
     p->format_error = true;
-    if (p->error == NULL || p->error_size == 0) { return false; }
+    if (p->error == nullptr || p->error_size == 0) { return false; }
     va_list args;
     va_start(args, fmt);
     vsnprintf(p->error, p->error_size, fmt, args);
@@ -154,7 +154,7 @@ static inline bool safetensors_format_error(SafeHeaderParse* p, const char* fmt,
 
 // Reads the value at the cursor (at nesting `depth`) as JSON, keeping nothing: a value of the
 // wrong type is refused only once it is known to be JSON, so JSON errors come first.
-static inline bool safetensors_skip(SafeHeaderParse* p, int depth) { return json_value(&p->c, NULL, depth); }
+static inline bool safetensors_skip(SafeHeaderParse* p, int depth) { return json_value(&p->c, nullptr, depth); }
 
 // An array (shape, data_offsets) read whole into *values; *first_bad is the index of its
 // first entry that is not a non-negative integer, SIZE_MAX if none.
@@ -166,7 +166,7 @@ static inline bool safetensors_counts(SafeHeaderParse* p, int depth, std::vector
         int next = json_peek(c);
         JsonNumber number = {};
         bool is_number = next == '-' || (next >= '0' && next <= '9');
-        if (!(is_number ? json_number(c, &number) : json_value(c, NULL, depth + 1))) { return false; }
+        if (!(is_number ? json_number(c, &number) : json_value(c, nullptr, depth + 1))) { return false; }
         bool is_count = is_number && number.is_integer && number.integer >= 0;
         if (!is_count && *first_bad == SIZE_MAX) { *first_bad = index; }
         values->push_back(number.integer);
@@ -188,12 +188,12 @@ static inline bool safetensors_tensor_members(SafeHeaderParse* p, SafeTensor* t,
     JsonCursor* c = &p->c;
     return json_object(c, 1, [&](std::string& key) {
         int k = 0;
-        while (k < 3 && key != kSafeTensorKeys[k]) { k++; }
+        while (k < 3 && key != SAFETENSOR_KEYS[k]) { k++; }
         if (k == 3) {
             if (f->unknown.empty()) { f->unknown = safetensors_quoted(key); }
             return safetensors_skip(p, 2);
         }
-        if (f->seen[k]) { return safetensors_format_error(p, "tensor %s: \"%s\" appears twice", q, kSafeTensorKeys[k]); }
+        if (f->seen[k]) { return safetensors_format_error(p, "tensor %s: \"%s\" appears twice", q, SAFETENSOR_KEYS[k]); }
         f->seen[k] = true;
         int next = json_peek(c);
         if (k == 0 && next != '"') { return safetensors_skip(p, 2) && safetensors_format_error(p, "tensor %s: dtype is not a string", q); }
@@ -216,7 +216,7 @@ static inline bool safetensors_parse_tensor(SafeHeaderParse* p, SafeTensor* t) {
     SafeTensorFields f;
     if (!safetensors_tensor_members(p, t, q, &f)) { return false; }
     for (int k = 0; k < 3; k++) {
-        if (!f.seen[k]) { return safetensors_format_error(p, "tensor %s: no \"%s\"", q, kSafeTensorKeys[k]); }
+        if (!f.seen[k]) { return safetensors_format_error(p, "tensor %s: no \"%s\"", q, SAFETENSOR_KEYS[k]); }
     }
     if (!f.unknown.empty()) { return safetensors_format_error(p, "tensor %s: unknown key %s", q, f.unknown.c_str()); }
     size_t element_size = safetensors_dtype_size(t->dtype);
@@ -254,7 +254,7 @@ static inline bool safetensors_parse_metadata(SafeHeaderParse* p, SafeFile* out)
     std::vector<const std::string*> keys;
     for (size_t i = first; i < out->metadata.size(); i++) { keys.push_back(&out->metadata[i].first); }
     const std::string* duplicate = safetensors_first_duplicate(keys);
-    if (duplicate != NULL) { return safetensors_format_error(p, "__metadata__ has the key %s twice", safetensors_quoted(*duplicate).c_str()); }
+    if (duplicate != nullptr) { return safetensors_format_error(p, "__metadata__ has the key %s twice", safetensors_quoted(*duplicate).c_str()); }
     return true;
 }
 
@@ -263,7 +263,7 @@ static inline bool safetensors_parse_metadata(SafeHeaderParse* p, SafeFile* out)
 static inline bool safetensors_parse_json(SafeHeaderParse* p, SafeFile* out) {
     JsonCursor* c = &p->c;
     if (json_peek(c) != '{') {
-        bool is_json = json_value(c, NULL, 0) && (json_peek(c) == -1 || json_error(c, "unexpected text after the value"));
+        bool is_json = json_value(c, nullptr, 0) && (json_peek(c) == -1 || json_error(c, "unexpected text after the value"));
         return is_json && safetensors_format_error(p, "header is not a JSON object");
     }
     if (c->pos != 0) { return safetensors_format_error(p, "header does not start with '{'"); }
@@ -283,7 +283,7 @@ static inline bool safetensors_parse_json(SafeHeaderParse* p, SafeFile* out) {
     std::vector<const std::string*> names;
     for (const SafeTensor& t : out->tensors) { names.push_back(&t.name); }
     const std::string* duplicate = safetensors_first_duplicate(names);
-    if (duplicate != NULL) { return safetensors_format_error(p, "%s appears twice", safetensors_quoted(*duplicate).c_str()); }
+    if (duplicate != nullptr) { return safetensors_format_error(p, "%s appears twice", safetensors_quoted(*duplicate).c_str()); }
     return true;
 }
 
@@ -302,7 +302,7 @@ static inline bool safetensors_check_layout(const SafeFile& file, uint64_t data_
         return a->begin != b->begin ? a->begin < b->begin : a->end != b->end ? a->end < b->end : a < b;
     });
     uint64_t covered = 0;  // the data before this offset belongs to the tensors so far
-    const SafeTensor* previous = NULL;
+    const SafeTensor* previous = nullptr;
     for (const SafeTensor* t : order) {
         if (t->begin < covered) {
             return safetensors_error(error, error_size, "tensor %s overlaps tensor %s", safetensors_quoted(t->name).c_str(),
@@ -352,12 +352,12 @@ static inline bool safetensors_parse_header(const uint8_t* bytes, size_t availab
 // ----------------------------------------------------------------------------
 // Tensors
 
-// The tensor named `name`, or NULL.
+// The tensor named `name`, or nullptr.
 static inline const SafeTensor* safetensors_find(const SafeFile* file, const char* name) {
     for (const SafeTensor& t : file->tensors) {
         if (t.name == name) { return &t; }
     }
-    return NULL;
+    return nullptr;
 }
 
 // Number of elements (1 for a scalar); a parsed header guarantees it fits.
@@ -495,7 +495,7 @@ static inline void safetensors_check_output(const char* path, const std::vector<
         if (!safetensors_shape_bytes(t.shape, sizeof(float), &bytes) || __builtin_add_overflow(total, bytes, &total)) {
             fail("%s: tensor %s has a bad shape", path, q.c_str());
         }
-        if (t.data == NULL && bytes > 0) { fail("%s: tensor %s has no data", path, q.c_str()); }
+        if (t.data == nullptr && bytes > 0) { fail("%s: tensor %s has no data", path, q.c_str()); }
         names.push_back(&t.name);
     }
     for (const auto& entry : metadata) {
@@ -505,9 +505,9 @@ static inline void safetensors_check_output(const char* path, const std::vector<
         keys.push_back(&entry.first);
     }
     const std::string* duplicate = safetensors_first_duplicate(names);
-    if (duplicate != NULL) { fail("%s: tensor %s appears twice", path, safetensors_quoted(*duplicate).c_str()); }
+    if (duplicate != nullptr) { fail("%s: tensor %s appears twice", path, safetensors_quoted(*duplicate).c_str()); }
     duplicate = safetensors_first_duplicate(keys);
-    if (duplicate != NULL) { fail("%s: metadata key %s appears twice", path, safetensors_quoted(*duplicate).c_str()); }
+    if (duplicate != nullptr) { fail("%s: metadata key %s appears twice", path, safetensors_quoted(*duplicate).c_str()); }
 }
 
 // Writes F32 tensors (data in the given order, no holes) and string metadata to path
@@ -516,7 +516,7 @@ static inline void safetensors_write_f32(const char* path, const std::vector<Saf
                                          const std::vector<std::pair<std::string, std::string>>& metadata) {
     safetensors_check_output(path, tensors, metadata);
     std::string json = safetensors_header_json(tensors, metadata);
-    if (json.size() > kSafetensorsMaxHeader) { fail("%s: header of %zu bytes is over the format's limit", path, json.size()); }
+    if (json.size() > SAFETENSORS_MAX_HEADER) { fail("%s: header of %zu bytes is over the format's limit", path, json.size()); }
     uint8_t length[8];
     for (int i = 0; i < 8; i++) { length[i] = (uint8_t)((uint64_t)json.size() >> (8 * i)); }
     AtomicFile af;

@@ -22,22 +22,22 @@
 #include "llmc/run_shape.h"
 #include "llmc/utils.h"
 
-static const int STATE_MAGIC = 20240417;
-static const int STATE_VERSION = 3;  // 3: a checksum and the spike guard's window
-static const int STATE_HEADER_INTS = 256;
-static const int STATE_CHECKSUM_SLOT = 4;
-static const int STATE_SHAPE_SLOT = 16;
-static const int STATE_LOADER_SLOT = 64;
-static const int STATE_WINDOW_SLOT = 112;
+constexpr int STATE_MAGIC = 20240417;
+constexpr int STATE_VERSION = 3;  // 3: a checksum and the spike guard's window
+constexpr int STATE_HEADER_INTS = 256;
+constexpr int STATE_CHECKSUM_SLOT = 4;
+constexpr int STATE_SHAPE_SLOT = 16;
+constexpr int STATE_LOADER_SLOT = 64;
+constexpr int STATE_WINDOW_SLOT = 112;
 static_assert(sizeof(RunShape) <= (STATE_LOADER_SLOT - STATE_SHAPE_SLOT) * sizeof(int32_t),
               "RunShape must fit slots 16..63");
 static_assert(sizeof(DataLoaderState) <= 32 * sizeof(int32_t), "DataLoaderState must fit slots 64..95");
 static_assert(STATE_WINDOW_SLOT * sizeof(int32_t) + sizeof(OutlierWindow) <= STATE_HEADER_INTS * sizeof(int32_t),
               "the spike guard's window must fit the header");
 
-static const size_t STATE_HEADER_BYTES = STATE_HEADER_INTS * sizeof(int32_t);
-static const size_t STATE_CHUNK_FLOATS = (size_t)1 << 22;  // the moments are read 16 MB at a time
-static const char* const STATE_MOMENT_NAMES[2] = {"m", "v"};
+constexpr size_t STATE_HEADER_BYTES = STATE_HEADER_INTS * sizeof(int32_t);
+constexpr size_t STATE_CHUNK_FLOATS = (size_t)1 << 22;  // the moments are read 16 MB at a time
+constexpr const char* STATE_MOMENT_NAMES[2] = {"m", "v"};
 
 struct RunState {
     int32_t step;                // optimizer steps done
@@ -187,7 +187,7 @@ static inline bool state_file_load(const char* path, int step, size_t P, size_t 
         fail("state_file_load: slice [%zu, %zu) of %zu parameters, chunks of %zu", begin, end, P, chunk);
     }
     FILE* file = fopen(path, "rb");
-    if (file == NULL) { return set_problem(problem, "cannot open %s: %s", path, strerror(errno)); }
+    if (file == nullptr) { return set_problem(problem, "cannot open %s: %s", path, strerror(errno)); }
     bool ok = state_file_read(file, path, step, P, begin, end, chunk, s, problem);
     fclose(file);
     return ok;

@@ -29,9 +29,9 @@
 #include "llmc/utf8.h"
 #include "llmc/utils.h"
 
-constexpr int32_t kTokenizerBinMagic = 20240328;
-constexpr int kTokenizerBinHeaderInts = 256;
-constexpr uint32_t kGpt2EotToken = 50256;  // the end-of-text id a version 1 .bin implies
+constexpr int32_t TOKENIZER_BIN_MAGIC = 20240328;
+constexpr int TOKENIZER_BIN_HEADER_INTS = 256;
+constexpr uint32_t GPT2_EOT_TOKEN = 50256;  // the end-of-text id a version 1 .bin implies
 constexpr uint32_t kNoToken = UINT32_MAX;
 
 struct Tokenizer {
@@ -51,13 +51,13 @@ struct Tokenizer {
 
 enum CharClass : uint8_t { CHAR_OTHER = 0, CHAR_LETTER = 1, CHAR_NUMBER = 2, CHAR_SPACE = 3 };
 
-constexpr uint32_t kNumCodePoints = 0x110000;
-constexpr uint32_t kClassBlockSize = 256;
+constexpr uint32_t NUM_CODE_POINTS = 0x110000;
+constexpr uint32_t CLASS_BLOCK_SIZE = 256;
 
 // Two-level class lookup: code point / 256 picks one of the distinct 256-entry blocks.
 // Block 0 (U+0000-U+00FF) is stored first, so classes[b] is the class of byte b < 0x80.
 struct CharClassTable {
-    uint16_t block_of[kNumCodePoints / kClassBlockSize];
+    uint16_t block_of[NUM_CODE_POINTS / CLASS_BLOCK_SIZE];
     std::vector<uint8_t> classes;
 };
 
@@ -69,14 +69,14 @@ inline void mark_ranges(std::vector<uint8_t>* flat, const uint32_t (&ranges)[N][
 }
 
 inline CharClassTable build_char_class_table() {
-    std::vector<uint8_t> flat(kNumCodePoints, CHAR_OTHER);
+    std::vector<uint8_t> flat(NUM_CODE_POINTS, CHAR_OTHER);
     mark_ranges(&flat, kUnicodeLetterRanges, CHAR_LETTER);
     mark_ranges(&flat, kUnicodeNumberRanges, CHAR_NUMBER);
     mark_ranges(&flat, kUnicodeWhiteSpaceRanges, CHAR_SPACE);
     CharClassTable table;
     std::unordered_map<std::string, uint16_t> index_of_block;
-    for (uint32_t b = 0; b < kNumCodePoints / kClassBlockSize; b++) {
-        std::string block((const char*)&flat[b * kClassBlockSize], kClassBlockSize);
+    for (uint32_t b = 0; b < NUM_CODE_POINTS / CLASS_BLOCK_SIZE; b++) {
+        std::string block((const char*)&flat[b * CLASS_BLOCK_SIZE], CLASS_BLOCK_SIZE);
         auto inserted = index_of_block.emplace(block, (uint16_t)index_of_block.size());
         if (inserted.second) { table.classes.insert(table.classes.end(), block.begin(), block.end()); }
         table.block_of[b] = inserted.first->second;
@@ -91,8 +91,8 @@ inline const CharClassTable& char_class_table() {
 }
 
 inline CharClass char_class(const CharClassTable& table, uint32_t cp) {
-    return (CharClass)table.classes[(size_t)table.block_of[cp / kClassBlockSize] * kClassBlockSize +
-                                    cp % kClassBlockSize];
+    return (CharClass)table.classes[(size_t)table.block_of[cp / CLASS_BLOCK_SIZE] * CLASS_BLOCK_SIZE +
+                                    cp % CLASS_BLOCK_SIZE];
 }
 
 // Class and byte length of the character at s[pos] (pos < n). A byte that does not
@@ -163,12 +163,12 @@ inline size_t piece_end(const CharClassTable& table, const uint8_t* s, size_t po
 
 // A fast hash of a short byte string: 8 bytes at a time, mixed by multiply-xorshift.
 inline uint64_t hash_bytes(const uint8_t* s, size_t n) {
-    const uint64_t kMul = 0x9E3779B97F4A7C15ull;
-    uint64_t h = n * kMul;
+    constexpr uint64_t MUL = 0x9E3779B97F4A7C15ull;
+    uint64_t h = n * MUL;
     for (; n >= 8; s += 8, n -= 8) {
         uint64_t word;
         memcpy(&word, s, 8);
-        h = (h ^ word) * kMul;
+        h = (h ^ word) * MUL;
         h ^= h >> 29;
     }
     uint64_t tail = 0;
@@ -207,13 +207,13 @@ inline uint32_t token_with_bytes(const Tokenizer* tok, const uint8_t* s, size_t 
 // ----------------------------------------------------------------------------
 // Byte pair merging of one piece
 
-constexpr size_t kLinearBpeMaxLen = 128;  // longer pieces merge through a heap
+constexpr size_t LINEAR_BPE_MAX_LEN = 128;  // longer pieces merge through a heap
 
 // BPE the way tiktoken does it, for short pieces: scan all pairs for the lowest rank each step.
 inline void bpe_merge_linear(const Tokenizer* tok, const uint8_t* s, size_t n, std::vector<uint32_t>* out) {
-    uint32_t starts[kLinearBpeMaxLen + 1];  // start of each part, then n
-    uint32_t ids[kLinearBpeMaxLen];         // token of each part
-    uint32_t pair_ranks[kLinearBpeMaxLen];  // rank of part i joined with part i + 1
+    uint32_t starts[LINEAR_BPE_MAX_LEN + 1];  // start of each part, then n
+    uint32_t ids[LINEAR_BPE_MAX_LEN];         // token of each part
+    uint32_t pair_ranks[LINEAR_BPE_MAX_LEN];  // rank of part i joined with part i + 1
     size_t parts = n;
     for (size_t i = 0; i < n; i++) {
         starts[i] = (uint32_t)i;
@@ -253,7 +253,7 @@ inline bool merges_after(const MergeCandidate& a, const MergeCandidate& b) {
 // The same merges as bpe_merge_linear in O(n log n), for long pieces. Parts are a linked
 // list by start offset; heap entries whose parts have since changed are skipped.
 inline void bpe_merge_heap(const Tokenizer* tok, const uint8_t* s, size_t n, std::vector<uint32_t>* out) {
-    const uint32_t kDead = UINT32_MAX;
+    constexpr uint32_t DEAD = UINT32_MAX;
     std::vector<uint32_t> next(n), prev(n), ids(n);  // indexed by part start
     std::vector<MergeCandidate> heap;
     auto push_pair = [&](uint32_t left, uint32_t mid) {
@@ -266,7 +266,7 @@ inline void bpe_merge_heap(const Tokenizer* tok, const uint8_t* s, size_t n, std
     };
     for (uint32_t i = 0; i < n; i++) {
         next[i] = i + 1;
-        prev[i] = i - 1;  // wraps to kDead for the first part
+        prev[i] = i - 1;  // wraps to DEAD for the first part
         ids[i] = tok->byte_token[s[i]];
     }
     for (uint32_t i = 0; i + 1 < n; i++) { push_pair(i, i + 1); }
@@ -277,16 +277,16 @@ inline void bpe_merge_heap(const Tokenizer* tok, const uint8_t* s, size_t n, std
         if (next[merge.left] != merge.mid || next[merge.mid] != merge.end) { continue; }
         ids[merge.left] = merge.rank;
         next[merge.left] = merge.end;
-        next[merge.mid] = kDead;
+        next[merge.mid] = DEAD;
         if (merge.end < n) { prev[merge.end] = merge.left; }
-        if (prev[merge.left] != kDead) { push_pair(prev[merge.left], merge.left); }
+        if (prev[merge.left] != DEAD) { push_pair(prev[merge.left], merge.left); }
         push_pair(merge.left, merge.end);
     }
     for (uint32_t i = 0; i < n; i = next[i]) { out->push_back(ids[i]); }
 }
 
 inline void bpe_merge(const Tokenizer* tok, const uint8_t* s, size_t n, std::vector<uint32_t>* out) {
-    if (n <= kLinearBpeMaxLen) {
+    if (n <= LINEAR_BPE_MAX_LEN) {
         bpe_merge_linear(tok, s, n, out);
     } else {
         bpe_merge_heap(tok, s, n, out);
@@ -296,9 +296,9 @@ inline void bpe_merge(const Tokenizer* tok, const uint8_t* s, size_t n, std::vec
 // ----------------------------------------------------------------------------
 // Per-thread memo: piece bytes -> ids, for pieces that needed merging
 
-constexpr size_t kPieceCacheSlots = 1 << 16;
-constexpr size_t kPieceCacheMaxEntries = kPieceCacheSlots / 2;
-constexpr size_t kCachedPieceMaxLen = 64;
+constexpr size_t PIECE_CACHE_SLOTS = 1 << 16;
+constexpr size_t PIECE_CACHE_MAX_ENTRIES = PIECE_CACHE_SLOTS / 2;
+constexpr size_t CACHED_PIECE_MAX_LEN = 64;
 
 struct PieceCacheEntry {
     uint32_t key_offset, key_len, ids_offset, ids_len;
@@ -314,7 +314,7 @@ struct PieceCache {
 
 inline void piece_cache_reset(PieceCache* cache, uint64_t tokenizer_serial) {
     cache->tokenizer_serial = tokenizer_serial;
-    cache->slots.assign(kPieceCacheSlots, 0);
+    cache->slots.assign(PIECE_CACHE_SLOTS, 0);
     cache->entries.clear();
     cache->keys.clear();
     cache->ids.clear();
@@ -330,7 +330,7 @@ inline PieceCache& piece_cache_for(const Tokenizer* tok) {
 // Slot index of the entry for these bytes, or of the empty slot where it would go.
 inline size_t find_cache_slot(const PieceCache& cache, const uint8_t* s, size_t n, uint64_t hash) {
     uint64_t tag = hash >> 32;
-    for (size_t i = hash & (kPieceCacheSlots - 1);; i = (i + 1) & (kPieceCacheSlots - 1)) {
+    for (size_t i = hash & (PIECE_CACHE_SLOTS - 1);; i = (i + 1) & (PIECE_CACHE_SLOTS - 1)) {
         uint64_t slot = cache.slots[i];
         if (slot == 0) { return i; }
         const PieceCacheEntry& e = cache.entries[(uint32_t)slot - 1];
@@ -342,7 +342,7 @@ inline size_t find_cache_slot(const PieceCache& cache, const uint8_t* s, size_t 
 // (as tiktoken does), else its merges, memoized for short pieces.
 inline void encode_piece(const Tokenizer* tok, PieceCache* cache, const uint8_t* s, size_t n,
                          std::vector<uint32_t>* out) {
-    if (n > kCachedPieceMaxLen) {
+    if (n > CACHED_PIECE_MAX_LEN) {
         uint32_t id = token_with_bytes(tok, s, n);
         if (id != kNoToken) {
             out->push_back(id);
@@ -365,7 +365,7 @@ inline void encode_piece(const Tokenizer* tok, PieceCache* cache, const uint8_t*
     }
     size_t first = out->size();
     bpe_merge(tok, s, n, out);
-    if (cache->entries.size() == kPieceCacheMaxEntries) {
+    if (cache->entries.size() == PIECE_CACHE_MAX_ENTRIES) {
         piece_cache_reset(cache, cache->tokenizer_serial);
         slot = find_cache_slot(*cache, s, n, hash);
     }
@@ -457,7 +457,7 @@ inline int32_t read_int32_le(const uint8_t* p) {
 // The classic .bin: header [magic, version 1|2, vocab size, eot (version 2)], then per
 // token a length byte (> 0) and its bytes.
 inline void load_tokenizer_bin(Tokenizer* tok, const char* path, const std::vector<uint8_t>& data) {
-    size_t header_bytes = kTokenizerBinHeaderInts * sizeof(int32_t);
+    size_t header_bytes = TOKENIZER_BIN_HEADER_INTS * sizeof(int32_t);
     if (data.size() < header_bytes) { fail("%s: truncated header (%zu bytes)", path, data.size()); }
     int32_t version = read_int32_le(&data[4]);
     int32_t vocab_size = read_int32_le(&data[8]);
@@ -467,7 +467,7 @@ inline void load_tokenizer_bin(Tokenizer* tok, const char* path, const std::vect
     if ((size_t)vocab_size > token_area) {  // checked before allocating for that many tokens
         fail("%s: vocab size %d cannot fit in %zu bytes of tokens (a length byte each)", path, vocab_size, token_area);
     }
-    int64_t eot = version == 2 ? read_int32_le(&data[12]) : kGpt2EotToken;
+    int64_t eot = version == 2 ? read_int32_le(&data[12]) : GPT2_EOT_TOKEN;
     if (eot < 0 || eot >= vocab_size) { fail("%s: eot token %lld out of range (vocab size %d)", path, (long long)eot, vocab_size); }
     std::vector<std::string> tokens(vocab_size);
     size_t pos = header_bytes;
@@ -535,7 +535,7 @@ inline void gpt2_token_bytes(const std::string& text, const char* path, size_t e
 // in GPT-2's byte alphabet; the end-of-text token is the entry "<|endoftext|>". Read
 // with llmc/json.h's cursor, entry by entry, so errors can name each entry's byte offset.
 inline void load_tokenizer_json(Tokenizer* tok, const char* path, const std::vector<uint8_t>& data) {
-    const char* kEot = "<|endoftext|>";
+    constexpr const char* EOT = "<|endoftext|>";
     JsonCursor c = json_cursor(data.data(), data.size());
     std::vector<std::pair<uint32_t, std::string>> entries;  // (id, token bytes)
     std::string text, bytes;
@@ -564,10 +564,10 @@ inline void load_tokenizer_json(Tokenizer* tok, const char* path, const std::vec
         if (seen[id]) { fail("%s: id %u appears twice", path, id); }
         seen[id] = true;
         tokens[id] = entry.second;
-        if (entry.second == kEot) { eot = id; }
+        if (entry.second == EOT) { eot = id; }
         if (entry.second.empty()) { fail("%s: token %u is empty", path, id); }
     }
-    if (eot == kNoToken) { fail("%s: no \"%s\" entry", path, kEot); }
+    if (eot == kNoToken) { fail("%s: no \"%s\" entry", path, EOT); }
     tokenizer_build(tok, path, tokens, eot);
 }
 
@@ -580,7 +580,7 @@ inline void tokenizer_init(Tokenizer* tok, const char* path) {
     fread_or_fail(data.data(), 1, data.size(), f, path);
     fclose(f);
     if (data.empty()) { fail("%s: file is empty", path); }
-    if (data.size() >= 4 && read_int32_le(data.data()) == kTokenizerBinMagic) {
+    if (data.size() >= 4 && read_int32_le(data.data()) == TOKENIZER_BIN_MAGIC) {
         load_tokenizer_bin(tok, path, data);
         return;
     }
@@ -589,7 +589,7 @@ inline void tokenizer_init(Tokenizer* tok, const char* path) {
     if (first == data.size() || data[first] != '{') {
         int32_t magic = data.size() >= 4 ? read_int32_le(data.data()) : 0;
         fail("%s: bad magic %d: neither a tokenizer .bin (magic %d) nor a JSON vocabulary", path, magic,
-             kTokenizerBinMagic);
+             TOKENIZER_BIN_MAGIC);
     }
     load_tokenizer_json(tok, path, data);
 }
@@ -598,7 +598,7 @@ inline void tokenizer_free(Tokenizer* tok) { *tok = Tokenizer(); }
 
 // Writes the classic .bin (version 2) atomically.
 inline void tokenizer_write_bin(const Tokenizer* tok, const char* path) {
-    int32_t header[kTokenizerBinHeaderInts] = {kTokenizerBinMagic, 2, (int32_t)tok->vocab_size, (int32_t)tok->eot_token};
+    int32_t header[TOKENIZER_BIN_HEADER_INTS] = {TOKENIZER_BIN_MAGIC, 2, (int32_t)tok->vocab_size, (int32_t)tok->eot_token};
     AtomicFile af;
     open_atomic(&af, path);
     atomic_write_or_fail(&af, header, sizeof(header), 1);

@@ -44,8 +44,8 @@ static inline size_t utf8_sequence_length(const uint8_t* s, size_t avail) {
 
 // The code point of a well-formed sequence of `length` bytes.
 static inline uint32_t utf8_code_point(const uint8_t* s, size_t length) {
-    static const uint8_t kLeadMask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
-    uint32_t cp = s[0] & kLeadMask[length];
+    static constexpr uint8_t LEAD_MASK[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+    uint32_t cp = s[0] & LEAD_MASK[length];
     for (size_t i = 1; i < length; i++) { cp = (cp << 6) | (s[i] & 0x3F); }
     return cp;
 }

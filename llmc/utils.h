@@ -33,7 +33,7 @@ struct FailError : std::runtime_error {
 static inline std::string format_args(const char* fmt, va_list args) {
     va_list again;
     va_copy(again, args);
-    std::string text((size_t)vsnprintf(NULL, 0, fmt, args), '\0');
+    std::string text((size_t)vsnprintf(nullptr, 0, fmt, args), '\0');
     vsnprintf(&text[0], text.size() + 1, fmt, again);
     va_end(again);
     return text;
@@ -83,7 +83,7 @@ static inline size_t first_nonfinite(const float* values, size_t n) {
 
 static inline FILE* fopen_or_fail(const char* path, const char* mode) {
     FILE* f = fopen(path, mode);
-    if (f == NULL) { fail("cannot open %s: %s", path, strerror(errno)); }
+    if (f == nullptr) { fail("cannot open %s: %s", path, strerror(errno)); }
     return f;
 }
 
@@ -104,7 +104,7 @@ static inline void fwrite_or_fail(const void* src, size_t size, size_t count, FI
 
 static inline void* malloc_or_fail(size_t bytes) {
     void* p = malloc(bytes);
-    if (p == NULL && bytes > 0) { fail("out of host memory allocating %zu bytes", bytes); }
+    if (p == nullptr && bytes > 0) { fail("out of host memory allocating %zu bytes", bytes); }
     return p;
 }
 
@@ -122,15 +122,15 @@ static inline bool file_exists(const char* path) { return access(path, F_OK) == 
 // directory so that the rename survives a power loss. A crash in between leaves `path` untouched;
 // a failed write, flush, fsync, close or rename (a full disk) removes the temporary file and fails
 // naming `path`.
-typedef struct {
+struct AtomicFile {
     FILE* file;
     char path[4096];
     char tmp_path[4096 + 128];
-} AtomicFile;
+};
 
 // A PID means something only on its host: temporary-file names carry the host too, so that
 // nodes sharing a run directory tell their files apart. At most this many characters of it.
-static const size_t ATOMIC_HOST_MAX = 64;
+constexpr size_t ATOMIC_HOST_MAX = 64;
 
 // A host name as temporary-file names spell it: each character other than [A-Za-z0-9-] made
 // '-' (a '.' would make the name ambiguous), cut to ATOMIC_HOST_MAX characters.
@@ -162,8 +162,8 @@ static inline void open_atomic(AtomicFile* af, const char* path) {
 
 // Drops an unfinished atomic write (on an error path that does not exit).
 static inline void abort_atomic(AtomicFile* af) {
-    if (af->file != NULL) { fclose(af->file); }
-    af->file = NULL;
+    if (af->file != nullptr) { fclose(af->file); }
+    af->file = nullptr;
     remove(af->tmp_path);
 }
 
@@ -201,7 +201,7 @@ static inline void fsync_dir_or_fail(const char* dir) {
 static inline void commit_atomic(AtomicFile* af) {
     if (fflush(af->file) != 0 || fsync(fileno(af->file)) != 0) { fail_atomic(af, errno); }
     int closed = fclose(af->file);
-    af->file = NULL;  // closed even when fclose reports an error
+    af->file = nullptr;  // closed even when fclose reports an error
     if (closed != 0) { fail_atomic(af, errno); }
     if (rename(af->tmp_path, af->path) != 0) { fail_atomic(af, errno); }
     fsync_dir_or_fail(parent_dir(af->path).c_str());
@@ -237,26 +237,25 @@ static inline bool atomic_writer_is_gone(pid_t pid) {
 // files are left alone: their PIDs cannot be judged here.
 static inline int remove_stale_temp_files(const char* dir) {
     DIR* listing = opendir(dir);
-    if (listing == NULL) {
+    if (listing == nullptr) {
         if (errno == ENOENT) { return 0; }
         fail("cannot list %s: %s", dir, strerror(errno));
     }
     char host[ATOMIC_HOST_MAX + 1];
     atomic_host_name(host);
     int removed = 0;
-    for (struct dirent* entry; (entry = readdir(listing)) != NULL;) {
+    for (struct dirent* entry; (entry = readdir(listing)) != nullptr;) {
         pid_t pid = atomic_temp_pid(entry->d_name, host);
         if (pid == 0 || !atomic_writer_is_gone(pid)) { continue; }
-        char path[4096 + 256];
-        if (snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name) >= (int)sizeof(path)) { continue; }
+        std::string path = std::string(dir) + "/" + entry->d_name;
         struct stat st;
-        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) { continue; }
-        if (unlink(path) == 0) {
+        if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) { continue; }
+        if (unlink(path.c_str()) == 0) {
             removed++;
         } else if (errno != ENOENT) {
             int error = errno;
             closedir(listing);
-            fail("cannot remove the stale temporary file %s: %s", path, strerror(error));
+            fail("cannot remove the stale temporary file %s: %s", path.c_str(), strerror(error));
         }
     }
     closedir(listing);

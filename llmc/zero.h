@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <vector>
 
-static const size_t ZERO_CHUNK = 32768;  // floats: the unit of ownership and of the norm's partial sums
+constexpr size_t ZERO_CHUNK = 32768;  // floats: the unit of ownership and of the norm's partial sums
 
 struct ZeroShard {
     size_t num_chunks;       // ceil(P / ZERO_CHUNK)

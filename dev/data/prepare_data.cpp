@@ -14,11 +14,11 @@
 #include "dev/data/prepare_data.h"
 #include "llmc/paths.h"
 
-#define ENCODER_PATH "dev/data/gpt2_encoder.json"
-#define TINYSHAKESPEARE_TEXT "dev/data/tiny_shakespeare.txt"
-#define TINYSHAKESPEARE_DIR "dev/data/tinyshakespeare"
+constexpr const char* ENCODER_PATH = "dev/data/gpt2_encoder.json";
+constexpr const char* TINYSHAKESPEARE_TEXT = "dev/data/tiny_shakespeare.txt";
+constexpr const char* TINYSHAKESPEARE_DIR = "dev/data/tinyshakespeare";
 
-static const char* const USAGE =
+constexpr const char* USAGE =
     "usage: ./prepare_data encode FILE | decode | tinyshakespeare [-o DIR] [--force] [--threads N] | "
     "shards -o OUT_PREFIX [--shard-size N] [--threads N] [--force] INPUT...; every mode takes [--vocab PATH]";
 
@@ -28,7 +28,7 @@ static const char* const USAGE =
 }
 
 static int64_t parse_positive(const char* flag, const char* text, int64_t max) {
-    char* end = NULL;
+    char* end = nullptr;
     errno = 0;
     long long value = strtoll(text, &end, 10);
     if (end == text || *end != '\0' || errno != 0 || value <= 0 || value > max) {
@@ -43,9 +43,9 @@ static int default_threads(void) {
     return cores > 0 ? (int)cores : 1;
 }
 
-// Takes "--vocab PATH" out of the arguments after the mode; returns PATH, or NULL if not given.
+// Takes "--vocab PATH" out of the arguments after the mode; returns PATH, or nullptr if not given.
 static const char* take_vocab_flag(int* argc, char** argv) {
-    const char* vocab = NULL;
+    const char* vocab = nullptr;
     int kept = 2;
     for (int i = 2; i < *argc; i++) {
         if (strcmp(argv[i], "--vocab") != 0) {
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
                "  encode FILE       print the token ids of FILE's bytes on one line\n"
                "  decode            read ids from standard input, write their bytes\n"
                "  tinyshakespeare   write DIR/tiny_shakespeare_{val,train}.bin from the bundled tiny Shakespeare\n"
-               "                    (-o DIR; default " TINYSHAKESPEARE_DIR " under the current directory)\n"
+               "                    (-o DIR; default %s under the current directory)\n"
                "  shards            .txt files (a document each) and .jsonl files (a document per line, its\n"
                "                    \"text\") from the INPUT files and directories (recursively, sorted), each\n"
                "                    document after <|endoftext|>, into OUT_PREFIX_val_000000.bin (the first\n"
@@ -102,10 +102,10 @@ int main(int argc, char** argv) {
                "                    the inputs must give more tokens than one shard\n"
                "  --threads N       encoding threads (output identical for any N)\n"
                "  --force           overwrite existing outputs\n"
-               "  --vocab PATH      the vocabulary (default: the bundled " ENCODER_PATH ", looked for under\n"
+               "  --vocab PATH      the vocabulary (default: the bundled %s, looked for under\n"
                "                    the current directory, this program's directory and the two above it,\n"
                "                    then the source tree it was built from)\n",
-               USAGE);
+               USAGE, TINYSHAKESPEARE_DIR, ENCODER_PATH);
         return 0;
     }
     const char* vocab_flag = take_vocab_flag(&argc, argv);
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     if (mode == "tinyshakespeare" || mode == "shards") { options = parse_options(argc, argv, mode == "shards"); }
 
     std::string vocab = find_bundled_file(ENCODER_PATH, vocab_flag, "--vocab");
-    std::string text = mode == "tinyshakespeare" ? find_bundled_file(TINYSHAKESPEARE_TEXT, NULL, NULL) : "";
+    std::string text = mode == "tinyshakespeare" ? find_bundled_file(TINYSHAKESPEARE_TEXT, nullptr, nullptr) : "";
     Tokenizer tokenizer;
     tokenizer_init(&tokenizer, vocab.c_str());
     if (mode == "encode") {

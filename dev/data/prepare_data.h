@@ -38,7 +38,7 @@ struct PrepareOptions {
 };
 
 // Tokens in the tiny Shakespeare validation shard; the rest go to the training shard.
-#define TINYSHAKESPEARE_VAL_TOKENS 32768
+constexpr size_t TINYSHAKESPEARE_VAL_TOKENS = 32768;
 
 // ---------------------------------------------------------------------------------
 // Small helpers.
@@ -97,7 +97,7 @@ static inline bool parse_jsonl_text(const char* line, size_t len, std::string* t
     JsonCursor c = json_cursor(line, len);
     bool found = false;
     auto member = [&](const std::string& key) {
-        if (key != "text") { return json_value(&c, NULL, 1); }
+        if (key != "text") { return json_value(&c, nullptr, 1); }
         if (json_peek(&c) != '"') { return json_error(&c, "the \"text\" field is not a string"); }
         found = true;
         return json_string(&c, text);
@@ -157,10 +157,10 @@ static inline std::vector<std::string> collect_input_files(const std::vector<std
 struct DocumentReader {
     std::vector<std::string> files;
     size_t next_file = 0;
-    FILE* jsonl = NULL;  // the .jsonl file being read, if any
+    FILE* jsonl = nullptr;  // the .jsonl file being read, if any
     std::string jsonl_path;
     int64_t line_number = 0;
-    char* line = NULL;
+    char* line = nullptr;
     size_t line_capacity = 0;
 };
 
@@ -181,14 +181,14 @@ static inline bool next_jsonl_document(DocumentReader* reader, std::string* doc)
     }
     if (ferror(reader->jsonl)) { fail("%s: read failed: %s", reader->jsonl_path.c_str(), strerror(errno)); }
     fclose(reader->jsonl);
-    reader->jsonl = NULL;
+    reader->jsonl = nullptr;
     return false;
 }
 
 // The next document of all inputs; false when they are exhausted.
 static inline bool next_document(DocumentReader* reader, std::string* doc) {
     for (;;) {
-        if (reader->jsonl != NULL && next_jsonl_document(reader, doc)) { return true; }
+        if (reader->jsonl != nullptr && next_jsonl_document(reader, doc)) { return true; }
         if (reader->next_file == reader->files.size()) { return false; }
         const std::string& path = reader->files[reader->next_file++];
         if (has_suffix(path, ".txt")) {
@@ -203,16 +203,16 @@ static inline bool next_document(DocumentReader* reader, std::string* doc) {
 }
 
 static inline void document_reader_free(DocumentReader* reader) {
-    if (reader->jsonl != NULL) { fclose(reader->jsonl); }
+    if (reader->jsonl != nullptr) { fclose(reader->jsonl); }
     free(reader->line);
-    reader->line = NULL;
+    reader->line = nullptr;
 }
 
 // ---------------------------------------------------------------------------------
 // Parallel encoding in document order.
 
-typedef std::function<bool(std::string*)> DocumentSource;           // next document; false at the end
-typedef std::function<void(const std::vector<uint32_t>&)> TokenSink;  // one document's tokens, in order
+using DocumentSource = std::function<bool(std::string*)>;           // next document; false at the end
+using TokenSink = std::function<void(const std::vector<uint32_t>&)>;  // one document's tokens, in order
 
 struct Progress {
     bool enabled;
@@ -279,7 +279,13 @@ static inline void sink_round(const EncodeRound& round, const TokenSink& sink, P
 static inline void encode_documents(const Tokenizer* tokenizer, int threads, bool verbose,
                                     const DocumentSource& source, const TokenSink& sink) {
     double start = seconds_now();
-    Progress progress = {verbose, isatty(STDERR_FILENO) == 1, start, start, 0, 0, 0};
+    Progress progress = {.enabled = verbose,
+                         .to_terminal = isatty(STDERR_FILENO) == 1,
+                         .start_time = start,
+                         .last_print_time = start,
+                         .documents = 0,
+                         .tokens = 0,
+                         .bytes = 0};
     size_t round_bytes = (size_t)std::max(threads, 2) << 21;  // 2 MB of text per thread
     EncodeRound rounds[2];
     EncodeRound* current = &rounds[0];  // read, to encode now
@@ -453,7 +459,7 @@ static inline void decode_ids(const Tokenizer* tokenizer, FILE* in, FILE* out) {
         std::string word = text.substr(pos, end - pos);
         bool digits = std::all_of(word.begin(), word.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
         errno = 0;
-        unsigned long long id = digits ? strtoull(word.c_str(), NULL, 10) : 0;
+        unsigned long long id = digits ? strtoull(word.c_str(), nullptr, 10) : 0;
         if (!digits || errno != 0 || id >= tokenizer->vocab_size) {
             fail("decode: bad token id \"%s\" (ids are integers below %u)", word.c_str(), tokenizer->vocab_size);
         }
@@ -499,8 +505,8 @@ static inline void prepare_tinyshakespeare(const Tokenizer* tokenizer, const cha
     encode_documents(tokenizer, options->threads, options->verbose, next_piece,
                      [&](const std::vector<uint32_t>& ids) { append_uint16(ids.data(), ids.size(), &tokens); });
     if (tokens.size() <= TINYSHAKESPEARE_VAL_TOKENS) {
-        fail("%s: too little text for a training split: %zu tokens, and the validation shard takes the first %d "
-             "(at least %d needed)",
+        fail("%s: too little text for a training split: %zu tokens, and the validation shard takes the first %zu "
+             "(at least %zu needed)",
              text_path, tokens.size(), TINYSHAKESPEARE_VAL_TOKENS, TINYSHAKESPEARE_VAL_TOKENS + 1);
     }
     make_parent_directories(val_path);

@@ -16,7 +16,7 @@
 #include "llmc/paths.h"
 #include "llmc/tokenizer.h"
 
-static const char* const USAGE =
+constexpr const char* USAGE =
     "usage: hf_convert export MODEL.bin DIR [--vocab PATH]   a model file to a Hugging Face GPT-2 directory\n"
     "       hf_convert import HF_MODEL MODEL.bin             a Hugging Face GPT-2 (directory or .safetensors)\n"
     "                                                        to a model file\n"

@@ -10,8 +10,8 @@
 #include "dev/test/files.h"
 #include "llmc/tokenizer.h"
 
-static const char* kEncoderPath = "dev/data/gpt2_encoder.json";
-static const int kRuns = 5;
+constexpr const char* ENCODER_PATH = "dev/data/gpt2_encoder.json";
+constexpr int RUNS = 5;
 
 
 // Seconds to encode `text` once, appending to a fresh vector.
@@ -27,14 +27,14 @@ static double time_encode(const Tokenizer* tok, const std::string& text, size_t*
 static void bench(const Tokenizer* tok, const char* name, const std::string& text) {
     double best_cold = 1e30, best_warm = 1e30;
     size_t num_tokens = 0;
-    for (int run = 0; run < kRuns; run++) {
+    for (int run = 0; run < RUNS; run++) {
         // a new thread starts with an empty memo
         std::thread cold([&] { best_cold = std::min(best_cold, time_encode(tok, text, &num_tokens)); });
         cold.join();
     }
     std::thread warm([&] {
         time_encode(tok, text, &num_tokens);
-        for (int run = 0; run < kRuns; run++) { best_warm = std::min(best_warm, time_encode(tok, text, &num_tokens)); }
+        for (int run = 0; run < RUNS; run++) { best_warm = std::min(best_warm, time_encode(tok, text, &num_tokens)); }
     });
     warm.join();
     double mb = text.size() / 1e6;
@@ -44,7 +44,7 @@ static void bench(const Tokenizer* tok, const char* name, const std::string& tex
 
 int main() {
     Tokenizer tok;
-    tokenizer_init(&tok, kEncoderPath);
+    tokenizer_init(&tok, ENCODER_PATH);
     std::string shakespeare = read_file("dev/data/tiny_shakespeare.txt");
     std::string repeated;
     while (repeated.size() < 10 * 1000 * 1000) { repeated += shakespeare; }

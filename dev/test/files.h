@@ -14,7 +14,7 @@
 // The file's bytes, or "" if it cannot be opened (a test's comparison then fails visibly).
 static inline std::string read_file(const std::string& path) {
     FILE* f = fopen(path.c_str(), "rb");
-    if (f == NULL) { return ""; }
+    if (f == nullptr) { return ""; }
     std::string bytes;
     char buf[1 << 16];
     size_t n;
@@ -32,7 +32,7 @@ static inline void write_file(const std::string& path, const std::string& bytes)
 // A new empty directory under /tmp named after `prefix`, as getcwd() spells it.
 static inline std::string make_temp_dir(const char* prefix = "test") {
     std::string pattern = std::string("/tmp/") + prefix + "_XXXXXX";
-    if (mkdtemp(&pattern[0]) == NULL) { fail("mkdtemp: %s", strerror(errno)); }
+    if (mkdtemp(&pattern[0]) == nullptr) { fail("mkdtemp: %s", strerror(errno)); }
     return std::filesystem::canonical(pattern).string();
 }
 
@@ -48,7 +48,7 @@ static inline bool fuzz_seeds_committed(const std::string& target,
     bool all_same = true;
     for (const auto& [name, bytes] : seeds) {
         std::string path = "dev/test/fuzz/" + target + "/" + name;
-        if (getenv("UPDATE_SEEDS") != NULL) { write_file(path, bytes); }
+        if (getenv("UPDATE_SEEDS") != nullptr) { write_file(path, bytes); }
         all_same = all_same && read_file(path) == bytes;
     }
     return all_same;

@@ -30,19 +30,19 @@ static bool ids_below(const std::vector<int>& ids, int vocab_size) {
 static void check_set(const EvalSet& set, int vocab_size) {
     for (const EvalExample& ex : set.examples) {
         int longest_kept = 0;
-        for (int i = 0; i < kEvalEndings; i++) {
+        for (int i = 0; i < EVAL_ENDINGS; i++) {
             if (ex.context_len[i] < 1 || eval_row_length(ex, i) > set.T || !ids_below(ex.endings[i], vocab_size)) { __builtin_trap(); }
             longest_kept = std::max(longest_kept, ex.context_len[i]);
         }
         if (longest_kept != (int)ex.context.size() || !ids_below(ex.context, vocab_size)) { __builtin_trap(); }
-        if (ex.label < 0 || ex.label >= kEvalEndings) { __builtin_trap(); }
+        if (ex.label < 0 || ex.label >= EVAL_ENDINGS) { __builtin_trap(); }
     }
 }
 
 // The batches of all `world` ranks fit max_tokens and score each ending of each example once,
 // at targets that are the ending's tokens.
 static void check_plan(const EvalSet& set, size_t max_tokens, int world) {
-    std::vector<int> scored(set.examples.size() * kEvalEndings, 0);
+    std::vector<int> scored(set.examples.size() * EVAL_ENDINGS, 0);
     for (int rank = 0; rank < world; rank++) {
         std::vector<EvalBatch> batches;
         std::string error;
@@ -56,7 +56,7 @@ static void check_plan(const EvalSet& set, size_t max_tokens, int world) {
                 if (row.first < 0 || row.first + row.count > b.T || !std::equal(ending.begin(), ending.end(), target)) {
                     __builtin_trap();
                 }
-                scored[row.example * kEvalEndings + row.ending]++;
+                scored[row.example * EVAL_ENDINGS + row.ending]++;
             }
         }
     }
@@ -77,8 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             continue;
         }
         check_set(set, vocab_size);
-        check_plan(set, kEvalEndings * T, 1);
-        check_plan(set, kEvalEndings * T + 13, 3);
+        check_plan(set, EVAL_ENDINGS * T, 1);
+        check_plan(set, EVAL_ENDINGS * T + 13, 3);
     }
     return 0;
 }

@@ -24,7 +24,7 @@ static void check_string_round_trip(const JsonValue& value) {
     if (value.type != JSON_STRING) { return; }
     std::string quoted = json_quote(value.string);
     JsonValue again;
-    if (!json_parse(quoted.data(), quoted.size(), &again, NULL, 0) || again.string != value.string) { __builtin_trap(); }
+    if (!json_parse(quoted.data(), quoted.size(), &again, nullptr, 0) || again.string != value.string) { __builtin_trap(); }
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -11,13 +11,13 @@
 #include "dev/test/fuzz_input.h"
 #include "llmc/dataloader.h"
 
-static const uint32_t kGpt2Vocab = 50257;
+constexpr uint32_t GPT2_VOCAB = 50257;
 
 // An accepted shard is the header plus its tokens exactly, each a valid id.
 static void check_tokens(const std::vector<uint16_t>& tokens, int64_t count, size_t size) {
     if ((int64_t)tokens.size() != count || DATALOADER_HEADER_BYTES + 2 * (size_t)count != size) { __builtin_trap(); }
     for (uint16_t id : tokens) {
-        if (id >= kGpt2Vocab) { __builtin_trap(); }
+        if (id >= GPT2_VOCAB) { __builtin_trap(); }
     }
 }
 
@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         int64_t count = dl_shard_token_count(path);
         std::vector<uint16_t> tokens;
-        dl_read_shard(path, kGpt2Vocab, &tokens);
+        dl_read_shard(path, GPT2_VOCAB, &tokens);
         check_tokens(tokens, count, size);
     } catch (const FailError&) {
     }

@@ -15,22 +15,22 @@
 #include "dev/test/fuzz_input.h"
 #include "llmc/state_file.h"
 
-static const int kStep = 12;
-static const size_t kParameters = 64, kBegin = 13, kEnd = 41, kChunk = 5;
+constexpr int STEP = 12;
+constexpr size_t PARAMETERS = 64, BEGIN = 13, END = 41, CHUNK = 5;
 
 static void check_refusal(const std::string& problem, const char* path) {
     if (problem.compare(0, strlen(path), path) != 0 || problem.find('\n') != std::string::npos) { __builtin_trap(); }
 }
 
 static void check_accepted(const RunState& whole, const RunState& slice, size_t size) {
-    if (size != STATE_HEADER_BYTES + 8 * kParameters || whole.step != kStep) { __builtin_trap(); }
-    if (whole.adam_step < 0 || whole.adam_step > kStep || !outlier_valid(&whole.recent_norms)) { __builtin_trap(); }
-    if (whole.m.size() != kParameters || whole.v.size() != kParameters) { __builtin_trap(); }
-    for (size_t i = 0; i < kParameters; i++) {
+    if (size != STATE_HEADER_BYTES + 8 * PARAMETERS || whole.step != STEP) { __builtin_trap(); }
+    if (whole.adam_step < 0 || whole.adam_step > STEP || !outlier_valid(&whole.recent_norms)) { __builtin_trap(); }
+    if (whole.m.size() != PARAMETERS || whole.v.size() != PARAMETERS) { __builtin_trap(); }
+    for (size_t i = 0; i < PARAMETERS; i++) {
         if (!isfinite(whole.m[i]) || !isfinite(whole.v[i])) { __builtin_trap(); }
     }
-    std::vector<float> m(whole.m.begin() + kBegin, whole.m.begin() + kEnd);
-    std::vector<float> v(whole.v.begin() + kBegin, whole.v.begin() + kEnd);
+    std::vector<float> m(whole.m.begin() + BEGIN, whole.m.begin() + END);
+    std::vector<float> v(whole.v.begin() + BEGIN, whole.v.begin() + END);
     if (slice.m != m || slice.v != v || memcmp(&slice.shape, &whole.shape, sizeof(RunShape)) != 0) { __builtin_trap(); }
 }
 
@@ -38,8 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = fuzz_input_path(data, size);
     RunState whole, slice;
     std::string problem, slice_problem;
-    bool accepted = state_file_load(path, kStep, kParameters, 0, kParameters, &whole, &problem);
-    bool slice_accepted = state_file_load(path, kStep, kParameters, kBegin, kEnd, &slice, &slice_problem, kChunk);
+    bool accepted = state_file_load(path, STEP, PARAMETERS, 0, PARAMETERS, &whole, &problem);
+    bool slice_accepted = state_file_load(path, STEP, PARAMETERS, BEGIN, END, &slice, &slice_problem, CHUNK);
     if (accepted != slice_accepted || problem != slice_problem) { __builtin_trap(); }
     if (accepted) {
         check_accepted(whole, slice, size);

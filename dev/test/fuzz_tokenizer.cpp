@@ -27,7 +27,7 @@ static void check_round_trip(const Tokenizer& tok, const uint8_t* text, size_t s
 static void check_merges_agree(const Tokenizer& tok, const uint8_t* text, size_t size) {
     for (size_t pos = 0; pos < size;) {
         size_t end = piece_end(char_class_table(), text, pos, size);
-        if (end - pos <= kLinearBpeMaxLen) {
+        if (end - pos <= LINEAR_BPE_MAX_LEN) {
             std::vector<uint32_t> linear, heap;
             bpe_merge_linear(&tok, text + pos, end - pos, &linear);
             bpe_merge_heap(&tok, text + pos, end - pos, &heap);

@@ -3,12 +3,12 @@
 
 #include "llmc/tokenizer.h"
 
-static const char* kEncoderPath = "dev/data/gpt2_encoder.json";
+constexpr const char* ENCODER_PATH = "dev/data/gpt2_encoder.json";
 
 static const Tokenizer& gpt2() {
     static const Tokenizer tok = [] {
         Tokenizer loaded;
-        tokenizer_init(&loaded, kEncoderPath);
+        tokenizer_init(&loaded, ENCODER_PATH);
         return loaded;
     }();
     return tok;

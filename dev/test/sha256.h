@@ -17,7 +17,7 @@ struct Sha256 {
 static inline uint32_t sha256_rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 // Round constants: the first 32 bits of the fractional parts of the cube roots of the first 64 primes.
-static const uint32_t SHA256_K[64] = {
+constexpr uint32_t SHA256_K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
     0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
     0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
@@ -30,9 +30,9 @@ static const uint32_t SHA256_K[64] = {
 
 static inline void sha256_init(Sha256* h) {
     // The first 32 bits of the fractional parts of the square roots of the first 8 primes.
-    static const uint32_t initial[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                        0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    memcpy(h->state, initial, sizeof(initial));
+    static constexpr uint32_t SHA256_H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                              0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(h->state, SHA256_H0, sizeof(SHA256_H0));
     h->block_used = 0;
     h->total_bytes = 0;
 }
@@ -111,7 +111,7 @@ static inline std::string sha256_hex(const void* data, size_t len) {
 // Digest of a file's bytes, or "" if it cannot be read.
 static inline std::string sha256_file(const char* path) {
     FILE* f = fopen(path, "rb");
-    if (f == NULL) { return ""; }
+    if (f == nullptr) { return ""; }
     Sha256 h;
     sha256_init(&h);
     uint8_t buf[1 << 16];

@@ -188,14 +188,14 @@ TEST(bundled_files_found_for_training_only) {
     TrainArgs a;
     CHECK(parse({}, &a) == "");
     args_find_bundled_files(&a);
-    CHECK(a.train_pattern == kTinyShakespeareTrain && a.val_pattern == kTinyShakespeareVal);
-    CHECK(a.tokenizer == kGpt2Vocabulary);
+    CHECK(a.train_pattern == TINY_SHAKESPEARE_TRAIN && a.val_pattern == TINY_SHAKESPEARE_VAL);
+    CHECK(a.tokenizer == GPT2_VOCABULARY);
     CHECK(parse({"--prompt", "x"}, &a) == "");
     args_find_bundled_files(&a);
-    CHECK(a.train_pattern.empty() && a.val_pattern.empty() && a.tokenizer == kGpt2Vocabulary);
+    CHECK(a.train_pattern.empty() && a.val_pattern.empty() && a.tokenizer == GPT2_VOCABULARY);
     CHECK(parse({"-i", "mine.bin"}, &a) == "");
     args_find_bundled_files(&a);
-    CHECK(a.train_pattern == "mine.bin" && a.val_pattern == kTinyShakespeareVal);
+    CHECK(a.train_pattern == "mine.bin" && a.val_pattern == TINY_SHAKESPEARE_VAL);
     CHECK(expect_exit_failure([] {
         TrainArgs missing;
         parse({"--tokenizer", "/nonexistent/v.json"}, &missing);
@@ -226,7 +226,7 @@ TEST(usage_names_every_flag) {
         if (!named) { fprintf(stderr, "  the usage text does not name %s\n", name.c_str()); }
         CHECK(named);
     }
-    CHECK(usage.find("(default 6)") != std::string::npos);  // -sg's default, printed from kSpikeZDefault
+    CHECK(usage.find("(default 6)") != std::string::npos);  // -sg's default, printed from SPIKE_Z_DEFAULT
 }
 
 TEST_MAIN()

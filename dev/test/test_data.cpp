@@ -8,9 +8,9 @@
 #include "dev/test/sha256.h"
 #include "dev/test/testing.h"
 
-#define ENCODER_PATH "dev/data/gpt2_encoder.json"
-#define TINYSHAKESPEARE_TEXT "dev/data/tiny_shakespeare.txt"
-#define GPT2_VOCAB 50257u
+constexpr const char* ENCODER_PATH = "dev/data/gpt2_encoder.json";
+constexpr const char* TINYSHAKESPEARE_TEXT = "dev/data/tiny_shakespeare.txt";
+constexpr uint32_t GPT2_VOCAB = 50257;
 
 // ---------------------------------------------------------------------------------
 // Fixtures.

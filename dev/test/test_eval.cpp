@@ -13,8 +13,8 @@
 #include "dev/test/testing.h"
 #include "llmc/eval.h"
 
-static const char* kTinyPath = "dev/test/fixtures/eval_tiny.jsonl";
-static const int kGpt2Vocab = 50257;
+constexpr const char* TINY_PATH = "dev/test/fixtures/eval_tiny.jsonl";
+constexpr int GPT2_VOCAB = 50257;
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -32,7 +32,7 @@ static std::string example_line(const std::string& ctx, const std::vector<std::s
     return line + "], \"label\": " + std::to_string(label) + "}";
 }
 
-static const std::string kGoodLine = example_line("The cat sat", {"down.", "up.", "away.", "still."}, 0);
+static const std::string GOOD_LINE = example_line("The cat sat", {"down.", "up.", "away.", "still."}, 0);
 
 // What eval_load made of a file holding `bytes`, named `name` in its messages (its path ends so).
 struct Loaded {
@@ -41,7 +41,7 @@ struct Loaded {
     EvalSet set;
 };
 
-static Loaded load_bytes(const std::string& bytes, int T = 64, int vocab_size = kGpt2Vocab) {
+static Loaded load_bytes(const std::string& bytes, int T = 64, int vocab_size = GPT2_VOCAB) {
     std::string dir = make_temp_dir("test_eval");
     Loaded loaded;
     loaded.path = dir + "/input.jsonl";
@@ -52,7 +52,7 @@ static Loaded load_bytes(const std::string& bytes, int T = 64, int vocab_size = 
 }
 
 // True if a file of `bytes` is refused with "PATH<problem>"; prints what came instead.
-static bool refused_with(const std::string& bytes, const std::string& problem, int T = 64, int vocab_size = kGpt2Vocab) {
+static bool refused_with(const std::string& bytes, const std::string& problem, int T = 64, int vocab_size = GPT2_VOCAB) {
     Loaded loaded = load_bytes(bytes, T, vocab_size);
     std::string expected = loaded.path + problem;
     if (loaded.ok || loaded.error != expected) {
@@ -63,13 +63,13 @@ static bool refused_with(const std::string& bytes, const std::string& problem, i
 
 // The second line of a file whose first line is good.
 static bool second_line_refused_with(const std::string& line, const std::string& problem) {
-    return refused_with(kGoodLine + "\n" + line + "\n", ":2: " + problem);
+    return refused_with(GOOD_LINE + "\n" + line + "\n", ":2: " + problem);
 }
 
 static EvalSet load_tiny(int T) {
     EvalSet set;
     std::string error;
-    if (!eval_load(kTinyPath, &gpt2(), kGpt2Vocab, T, &set, &error)) { fprintf(stderr, "  %s\n", error.c_str()); }
+    if (!eval_load(TINY_PATH, &gpt2(), GPT2_VOCAB, T, &set, &error)) { fprintf(stderr, "  %s\n", error.c_str()); }
     return set;
 }
 
@@ -94,14 +94,14 @@ TEST(tiny_fixture_loads_with_the_tokenization_convention) {
     EvalSet set = load_tiny(128);
     CHECK(set.examples.size() == 30);
     CHECK(set.skipped_empty == 0 && set.skipped_long == 0 && set.truncated == 0);
-    CHECK(set.path == kTinyPath && set.T == 128);
-    std::string text = read_file(kTinyPath);
+    CHECK(set.path == TINY_PATH && set.T == 128);
+    std::string text = read_file(TINY_PATH);
     int labels[4] = {};
     size_t line_start = 0;
     for (size_t e = 0; e < set.examples.size() && line_start < text.size(); e++) {
         size_t line_end = text.find('\n', line_start);
         JsonValue v;
-        CHECK(json_parse(text.data() + line_start, line_end - line_start, &v, NULL, 0));
+        CHECK(json_parse(text.data() + line_start, line_end - line_start, &v, nullptr, 0));
         const EvalExample& ex = set.examples[e];
         CHECK(ex.line == (int)e + 1 && v.find("ind")->integer == (int64_t)e);
         CHECK(ex.label == (int)v.find("label")->integer);
@@ -121,7 +121,7 @@ TEST(tiny_fixture_loads_with_the_tokenization_convention) {
 
 TEST(blank_lines_crlf_and_no_final_newline) {
     std::string second = example_line("A dog ran", {"far.", "fast.", "home.", "away."}, 3);
-    Loaded loaded = load_bytes("\n  \t\r\n" + kGoodLine + "\r\n\r\n" + second);
+    Loaded loaded = load_bytes("\n  \t\r\n" + GOOD_LINE + "\r\n\r\n" + second);
     CHECK(loaded.ok);
     CHECK(loaded.set.examples.size() == 2);
     if (loaded.set.examples.size() != 2) { return; }
@@ -143,7 +143,7 @@ TEST(rejects_bad_json_with_line_and_byte) {
     CHECK(second_line_refused_with("{\"ctx\": \"a\"} x", "not valid JSON (unexpected text after the value at byte 13)"));
     CHECK(second_line_refused_with("{'ctx': 1}", "not valid JSON (expected a string at byte 1)"));
     CHECK(second_line_refused_with(std::string("{\"ctx\": \"a\0\"}", 13), "not valid JSON (control character in string at byte 10)"));
-    CHECK(refused_with("\xEF\xBB\xBF" + kGoodLine + "\n", ":1: not valid JSON (expected a value at byte 0)"));  // a byte order mark
+    CHECK(refused_with("\xEF\xBB\xBF" + GOOD_LINE + "\n", ":1: not valid JSON (expected a value at byte 0)"));  // a byte order mark
 }
 
 TEST(rejects_bad_members_naming_them) {
@@ -167,10 +167,10 @@ TEST(rejects_bad_members_naming_them) {
 TEST(rejects_unreadable_and_empty_files) {
     std::string error;
     EvalSet set;
-    CHECK(!eval_load("/nonexistent/eval.jsonl", &gpt2(), kGpt2Vocab, 64, &set, &error));
+    CHECK(!eval_load("/nonexistent/eval.jsonl", &gpt2(), GPT2_VOCAB, 64, &set, &error));
     CHECK(error == "/nonexistent/eval.jsonl: cannot open (No such file or directory)");
     std::string dir = make_temp_dir("test_eval");
-    CHECK(!eval_load(dir.c_str(), &gpt2(), kGpt2Vocab, 64, &set, &error));
+    CHECK(!eval_load(dir.c_str(), &gpt2(), GPT2_VOCAB, 64, &set, &error));
     CHECK(error == dir + ": cannot read (Is a directory)");
     remove_dir(dir);
     CHECK(refused_with("", ": no examples"));
@@ -190,7 +190,7 @@ TEST(token_ids_at_or_above_the_vocabulary_refused) {
     std::vector<int> ids = encode("The cat sat");
     int first_large = *std::find_if(ids.begin(), ids.end(), [](int id) { return id >= 1000; });
     CHECK(ids[0] < 1000 && first_large != ids[0]);  // the first id past V is named
-    CHECK(refused_with(kGoodLine, ":1: token " + std::to_string(first_large) + " is outside the model's vocabulary (V = 1000)", 64, 1000));
+    CHECK(refused_with(GOOD_LINE, ":1: token " + std::to_string(first_large) + " is outside the model's vocabulary (V = 1000)", 64, 1000));
 }
 
 TEST(skips_and_truncation_to_T) {
@@ -225,7 +225,7 @@ TEST(skips_and_truncation_to_T) {
     CHECK(one_cut.context_len[0] == 3 && one_cut.context_len[2] == 3 && one_cut.context_len[3] == 2);
     const EvalExample& tight = set.examples[3];
     CHECK(tight.line == 6 && tight.context_len[3] == 1 && eval_row_length(tight, 3) == T);
-    CHECK(eval_skip_reasons(load_bytes(kGoodLine).set) == "");
+    CHECK(eval_skip_reasons(load_bytes(GOOD_LINE).set) == "");
 }
 
 // ----------------------------------------------------------------------------
@@ -406,7 +406,7 @@ TEST(ranks_scores_sum_to_the_whole_set) {
 }
 
 TEST(report_lines_in_file_order) {
-    Loaded loaded = load_bytes("\n" + kGoodLine + "\n" + example_line("A dog ran", {"a", "b", "c", "d"}, 2) + "\n");
+    Loaded loaded = load_bytes("\n" + GOOD_LINE + "\n" + example_line("A dog ran", {"a", "b", "c", "d"}, 2) + "\n");
     std::vector<EvalLosses> means = {{0.1, 2.5, 1.0 / 3.0, 4}, {1e-12, 7, 7, 123456789.5}};
     EvalResult result = eval_result(loaded.set, means);
     std::string expected =

@@ -8,23 +8,23 @@
 #include "llmc/fingerprint.h"
 
 TEST(fnv1a_test_vectors) {
-    CHECK(fnv1a_bytes(kFnv1aOffset, "", 0) == 0xcbf29ce484222325ull);
-    CHECK(fnv1a_bytes(kFnv1aOffset, "a", 1) == 0xaf63dc4c8601ec8cull);
-    CHECK(fnv1a_bytes(kFnv1aOffset, "foobar", 6) == 0x85944171f73967e8ull);
+    CHECK(fnv1a_bytes(FNV1A_OFFSET, "", 0) == 0xcbf29ce484222325ull);
+    CHECK(fnv1a_bytes(FNV1A_OFFSET, "a", 1) == 0xaf63dc4c8601ec8cull);
+    CHECK(fnv1a_bytes(FNV1A_OFFSET, "foobar", 6) == 0x85944171f73967e8ull);
 }
 
 TEST(fnv1a_streams) {
-    uint64_t whole = fnv1a_bytes(kFnv1aOffset, "foobar", 6);
-    CHECK(fnv1a_bytes(fnv1a_bytes(kFnv1aOffset, "foo", 3), "bar", 3) == whole);
+    uint64_t whole = fnv1a_bytes(FNV1A_OFFSET, "foobar", 6);
+    CHECK(fnv1a_bytes(fnv1a_bytes(FNV1A_OFFSET, "foo", 3), "bar", 3) == whole);
 }
 
 // A 32-bit word is one unit: words below 256 hash as the bytes of the same values.
 TEST(fnv1a_words) {
     const uint32_t words[3] = {'f', 'o', 'o'};
-    CHECK(fnv1a(kFnv1aOffset, words, 3) == fnv1a_bytes(kFnv1aOffset, "foo", 3));
+    CHECK(fnv1a(FNV1A_OFFSET, words, 3) == fnv1a_bytes(FNV1A_OFFSET, "foo", 3));
     const uint32_t one = 0x3f800000;  // 1.0f: a word, not its four bytes
-    CHECK(fnv1a(kFnv1aOffset, &one, 1) != fnv1a_bytes(kFnv1aOffset, &one, 4));
-    CHECK(fnv1a(kFnv1aOffset, &one, 1) == ((kFnv1aOffset ^ one) * kFnv1aPrime));
+    CHECK(fnv1a(FNV1A_OFFSET, &one, 1) != fnv1a_bytes(FNV1A_OFFSET, &one, 4));
+    CHECK(fnv1a(FNV1A_OFFSET, &one, 1) == ((FNV1A_OFFSET ^ one) * FNV1A_PRIME));
 }
 
 static DataLoader loader_of(std::vector<std::string> paths, std::vector<int64_t> tokens) {

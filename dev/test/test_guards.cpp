@@ -64,7 +64,7 @@ static std::vector<std::string> dir_names(const std::string& dir) {
 static pid_t dead_pid(void) {
     pid_t pid = fork();
     if (pid == 0) { _exit(0); }
-    waitpid(pid, NULL, 0);
+    waitpid(pid, nullptr, 0);
     return pid;
 }
 
@@ -104,7 +104,7 @@ TEST(crc32c_known_vectors) {
     CHECK(crc_of(ascending) == 0x46DD794E);  // RFC 3720's iSCSI vectors
     CHECK(crc_of(descending) == 0x113FDB5C);
     CHECK(crc_of("") == 0);
-    CHECK(crc32c_update(0x12345678, NULL, 0) == 0x12345678);  // no bytes: no change
+    CHECK(crc32c_update(0x12345678, nullptr, 0) == 0x12345678);  // no bytes: no change
 }
 
 // Every length 0..300 from every start offset 0..7 (unaligned loads, the 8-byte steps and the tail).
@@ -202,7 +202,7 @@ TEST(outlier_restores_bit_for_bit) {
     std::mt19937 rng(4);
     std::lognormal_distribution<double> norms(1.0, 0.3);
     OutlierWindow w;
-    outlier_init(&w, kOutlierCapacity);
+    outlier_init(&w, OUTLIER_CAPACITY);
     for (int step = 0; step < 200; step++) { outlier_push(&w, norms(rng)); }
     unsigned char saved[sizeof(OutlierWindow)];
     memcpy(saved, &w, sizeof(w));
@@ -228,7 +228,7 @@ TEST(outlier_valid_rejects_corrupt_windows) {
     bad.next = 4;
     CHECK(!outlier_valid(&bad));
     bad = w;
-    bad.window = kOutlierCapacity + 1;
+    bad.window = OUTLIER_CAPACITY + 1;
     CHECK(!outlier_valid(&bad));
     bad = w;
     bad.count = 5;
@@ -242,10 +242,10 @@ TEST(outlier_valid_rejects_corrupt_windows) {
 }
 
 TEST(outlier_init_checks_the_window) {
-    std::string range = " is outside [2, " + std::to_string(kOutlierCapacity) + "]";
+    std::string range = " is outside [2, " + std::to_string(OUTLIER_CAPACITY) + "]";
     CHECK(expect_exit_failure([] { OutlierWindow w; outlier_init(&w, 1); }, ("outlier window 1" + range).c_str()));
-    std::string too_large = std::to_string(kOutlierCapacity + 1);
-    CHECK(expect_exit_failure([] { OutlierWindow w; outlier_init(&w, kOutlierCapacity + 1); },
+    std::string too_large = std::to_string(OUTLIER_CAPACITY + 1);
+    CHECK(expect_exit_failure([] { OutlierWindow w; outlier_init(&w, OUTLIER_CAPACITY + 1); },
                               ("outlier window " + too_large + range).c_str()));
 }
 
@@ -281,7 +281,7 @@ TEST(signals_install_restarting_handlers) {
         signals_install();
         for (int s : {SIGTERM, SIGINT, SIGUSR1}) {
             struct sigaction action;
-            sigaction(s, NULL, &action);
+            sigaction(s, nullptr, &action);
             if (action.sa_handler != signals_handler || !(action.sa_flags & SA_RESTART)) { _exit(1); }
         }
         _exit(0);
@@ -299,7 +299,7 @@ TEST(signals_second_interrupt_exits_at_once) {
         _exit(2);  // not reached
     };
     CHECK(child_exit_status(two_interrupts, err, sizeof(err)) == 130);
-    CHECK(strstr(err, "second interrupt: exiting now") != NULL);
+    CHECK(strstr(err, "second interrupt: exiting now") != nullptr);
     auto term_then_interrupt = [] {
         signals_install();
         raise(SIGTERM);
@@ -404,7 +404,7 @@ TEST(stale_temp_files_removed_and_nothing_else) {
     CHECK(remove_stale_temp_files(dir.c_str()) == 0);
     CHECK(read_file(dir + "/model.bin") == "complete");
     kill(live, SIGKILL);
-    waitpid(live, NULL, 0);
+    waitpid(live, nullptr, 0);
     CHECK(remove_stale_temp_files(dir.c_str()) == 1);  // its writer is gone now
     CHECK(remove_stale_temp_files((dir + "/missing").c_str()) == 0);
     remove_dir(dir);
@@ -423,7 +423,7 @@ TEST(stale_temp_file_of_a_killed_writer) {
         fflush(af.file);
         raise(SIGKILL);
     }
-    waitpid(pid, NULL, 0);
+    waitpid(pid, nullptr, 0);
     CHECK(dir_names(dir).size() == 2);
     CHECK(remove_stale_temp_files(dir.c_str()) == 1);
     CHECK(dir_names(dir) == std::vector<std::string>({"model_00000010.bin"}));

@@ -52,7 +52,7 @@ TEST(every_kind_of_value) {
                 "\"a\": [1, [2, {}], []], \"o\": {\"k\": \"v\"}}", &v));
     CHECK(v.type == JSON_OBJECT && v.keys.size() == 8 && v.items.size() == 8);
     CHECK(v.keys == std::vector<std::string>({"n", "t", "f", "i", "d", "s", "a", "o"}));  // order kept
-    CHECK(v.find("n") != NULL && v.find("n")->type == JSON_NULL);
+    CHECK(v.find("n") != nullptr && v.find("n")->type == JSON_NULL);
     CHECK(v.find("t")->type == JSON_BOOL && v.find("t")->boolean);
     CHECK(v.find("f")->type == JSON_BOOL && !v.find("f")->boolean);
     CHECK(v.find("i")->type == JSON_NUMBER && v.find("i")->is_integer && v.find("i")->integer == -12 && v.find("i")->number == -12.0);
@@ -63,7 +63,7 @@ TEST(every_kind_of_value) {
     CHECK(a->items[1].type == JSON_ARRAY && a->items[1].items[0].integer == 2 && a->items[1].items[1].type == JSON_OBJECT);
     CHECK(a->items[2].type == JSON_ARRAY && a->items[2].items.empty());
     CHECK(v.find("o")->find("k")->string == "v");
-    CHECK(v.find("missing") == NULL && a->find("k") == NULL);
+    CHECK(v.find("missing") == nullptr && a->find("k") == nullptr);
 }
 
 TEST(scalars_at_top_level_and_space) {
@@ -208,13 +208,13 @@ TEST(rejects_lone_surrogates) {
 
 TEST(depth_limit) {
     JsonValue v;
-    CHECK(parse(nested_arrays(kJsonMaxDepth), &v));
-    CHECK(rejects(nested_arrays(kJsonMaxDepth + 1), "bad JSON at byte 64: nesting deeper than 64 levels"));
+    CHECK(parse(nested_arrays(JSON_MAX_DEPTH), &v));
+    CHECK(rejects(nested_arrays(JSON_MAX_DEPTH + 1), "bad JSON at byte 64: nesting deeper than 64 levels"));
     std::string objects;
-    for (int i = 0; i < kJsonMaxDepth; i++) { objects += "{\"k\":"; }
-    CHECK(parse(objects + "1" + std::string(kJsonMaxDepth, '}'), &v));
-    CHECK(rejects(objects + "[1]" + std::string(kJsonMaxDepth, '}'), "bad JSON at byte 320: nesting deeper than 64 levels"));
-    CHECK(rejects(objects + "{}" + std::string(kJsonMaxDepth, '}'), "bad JSON at byte 320: nesting deeper than 64 levels"));
+    for (int i = 0; i < JSON_MAX_DEPTH; i++) { objects += "{\"k\":"; }
+    CHECK(parse(objects + "1" + std::string(JSON_MAX_DEPTH, '}'), &v));
+    CHECK(rejects(objects + "[1]" + std::string(JSON_MAX_DEPTH, '}'), "bad JSON at byte 320: nesting deeper than 64 levels"));
+    CHECK(rejects(objects + "{}" + std::string(JSON_MAX_DEPTH, '}'), "bad JSON at byte 320: nesting deeper than 64 levels"));
     // a megabyte of opening brackets is refused without deep recursion
     CHECK(rejects(std::string(1 << 20, '['), "bad JSON at byte 64: nesting deeper than 64 levels"));
 }
@@ -227,8 +227,8 @@ TEST(failure_leaves_null_and_tolerates_small_buffers) {
     CHECK(!json_parse("[1, 2", 5, &v, error, sizeof(error)));
     CHECK(v.type == JSON_NULL && v.string.empty() && v.items.empty());
     CHECK(strcmp(error, "bad JSON at byt") == 0);  // cut short, still terminated
-    CHECK(!json_parse("[1, 2", 5, &v, NULL, 0));
-    CHECK(json_parse("[1, 2]", 6, &v, NULL, 0) && v.items.size() == 2);
+    CHECK(!json_parse("[1, 2", 5, &v, nullptr, 0));
+    CHECK(json_parse("[1, 2]", 6, &v, nullptr, 0) && v.items.size() == 2);
 }
 
 // json_array and json_object hand each element to the caller, who reads it with the cursor.
@@ -240,7 +240,7 @@ TEST(walkers_visit_elements_in_order) {
     size_t count = 0;
     bool ok = json_object(&c, 0, [&](std::string& key) {
         keys.push_back(key);
-        if (key != "a") { return json_value(&c, NULL, 1); }  // read and dropped
+        if (key != "a") { return json_value(&c, nullptr, 1); }  // read and dropped
         return json_array(&c, 1, [&](size_t index) {
             JsonNumber n;
             count = index + 1;
@@ -251,11 +251,11 @@ TEST(walkers_visit_elements_in_order) {
     CHECK(keys == std::vector<std::string>({"a", "b", "c"}) && sum == 6 && count == 3);
     // a callback's failure stops the walk where it happened
     JsonCursor d = json_cursor("[1, x]", 6);
-    CHECK(!json_array(&d, 0, [&](size_t) { return json_value(&d, NULL, 1); }));
+    CHECK(!json_array(&d, 0, [&](size_t) { return json_value(&d, nullptr, 1); }));
     CHECK(d.error_pos == 4 && strcmp(d.problem, "expected a value") == 0);
     // the depth limit holds for walkers too
     JsonCursor e = json_cursor("[]", 2);
-    CHECK(!json_array(&e, kJsonMaxDepth, [&](size_t) { return true; }) && strcmp(e.problem, "nesting deeper than 64 levels") == 0);
+    CHECK(!json_array(&e, JSON_MAX_DEPTH, [&](size_t) { return true; }) && strcmp(e.problem, "nesting deeper than 64 levels") == 0);
     JsonCursor f = json_cursor("{\"k\" 1}", 7);
     CHECK(!json_object(&f, 0, [&](std::string&) { return true; }) && f.error_pos == 5 && strcmp(f.problem, "expected ':'") == 0);
 }
@@ -266,15 +266,15 @@ TEST(checking_without_a_tree) {
     const char* bad[] = {"01", "\"\\ud800\"", "[1,]", "{\"a\" 1}", "tru"};
     for (const char* text : good) {
         JsonCursor c = json_cursor(text, strlen(text));
-        CHECK(json_value(&c, NULL, 0) && json_peek(&c) == -1);
+        CHECK(json_value(&c, nullptr, 0) && json_peek(&c) == -1);
     }
     for (const char* text : bad) {
         JsonCursor c = json_cursor(text, strlen(text));
-        CHECK(!json_value(&c, NULL, 0) && c.problem[0] != '\0');
+        CHECK(!json_value(&c, nullptr, 0) && c.problem[0] != '\0');
     }
-    std::string too_deep = nested_arrays(kJsonMaxDepth + 1);
+    std::string too_deep = nested_arrays(JSON_MAX_DEPTH + 1);
     JsonCursor deep = json_cursor(too_deep.data(), too_deep.size());
-    CHECK(!json_value(&deep, NULL, 0) && deep.error_pos == (size_t)kJsonMaxDepth);
+    CHECK(!json_value(&deep, nullptr, 0) && deep.error_pos == (size_t)JSON_MAX_DEPTH);
 }
 
 // The real 1 MB vocabulary loads as a tree too, 50,257 members in file order.
@@ -284,7 +284,7 @@ TEST(parses_the_gpt2_vocabulary) {
     CHECK(parse(text, &v) && v.type == JSON_OBJECT && v.keys.size() == 50257);
     CHECK(v.keys.size() > 0 && v.keys[0] == "!" && v.items[0].integer == 0);
     const JsonValue* eot = v.find("<|endoftext|>");
-    CHECK(eot != NULL && eot->is_integer && eot->integer == 50256);
+    CHECK(eot != nullptr && eot->is_integer && eot->integer == 50256);
 }
 
 // ----------------------------------------------------------------------------
@@ -346,7 +346,7 @@ TEST(mangled_input_never_crashes) {
         }
         failed++;
         size_t at = 0;
-        bool one_line = sscanf(error, "bad JSON at byte %zu: ", &at) == 1 && strchr(error, '\n') == NULL;
+        bool one_line = sscanf(error, "bad JSON at byte %zu: ", &at) == 1 && strchr(error, '\n') == nullptr;
         CHECK(one_line && at <= text.size());
     }
     CHECK(parsed > 100 && failed > 10000);

@@ -7,19 +7,19 @@
 #include "dev/test/testing.h"
 #include "llmc/launch.h"
 
-static const char* g_self_path = NULL;  // argv[0], for the --gpus tests
+static const char* g_self_path = nullptr;  // argv[0], for the --gpus tests
 
 // ---------------------------------------------------------------------------------
 // Fixtures.
 
-// A fake environment: name, value, name, value, ..., NULL.
-static const char* const* g_fake_env = NULL;
+// A fake environment: name, value, name, value, ..., nullptr.
+static const char* const* g_fake_env = nullptr;
 
 static const char* fake_lookup(const char* name) {
-    for (const char* const* e = g_fake_env; *e != NULL; e += 2) {
+    for (const char* const* e = g_fake_env; *e != nullptr; e += 2) {
         if (strcmp(e[0], name) == 0) { return e[1]; }
     }
-    return NULL;
+    return nullptr;
 }
 
 static LaunchInfo info_from(const char* const* env) {
@@ -33,7 +33,12 @@ static bool env_fails(const char* const* env, const char* expected) {
 }
 
 static LaunchInfo local_info(int rank, int world, int port) {
-    LaunchInfo info = {rank, world, rank, "127.0.0.1", port, "test"};
+    LaunchInfo info = {.rank = rank,
+                       .world = world,
+                       .local_rank = rank,
+                       .master_addr = "127.0.0.1",
+                       .master_port = port,
+                       .source = "test"};
     return info;
 }
 
@@ -61,7 +66,7 @@ static int g_seed = 1;
 
 // A rank's body: runs in a forked child whose stderr goes to the test; prints "blob:<hex>"
 // on success, and returns the child's exit status.
-typedef int (*RankBody)(int rank, int world);
+using RankBody = int (*)(int rank, int world);
 
 struct RankPlan { RankBody body; int rank, world, delay_ms; };
 struct RankRun { std::string output; int status; double exit_s; };  // status: code or 128+signal
@@ -97,7 +102,7 @@ static std::vector<RankRun> run_ranks(const std::vector<RankPlan>& plans, double
         }
         if (left > 0 && now > limit_s) {
             for (pid_t& pid : pids) {
-                if (pid != 0) { kill(pid, SIGKILL); waitpid(pid, NULL, 0); pid = 0; }
+                if (pid != 0) { kill(pid, SIGKILL); waitpid(pid, nullptr, 0); pid = 0; }
             }
             break;
         }
@@ -153,7 +158,7 @@ static int file_rank(int rank, int world) {
 static int stranger(int, int) {
     LaunchInfo me = local_info(1, 2, g_port);
     Blob blob = start_blob(1);
-    struct addrinfo hints = {}, *found = NULL;
+    struct addrinfo hints = {}, *found = nullptr;
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     if (getaddrinfo(me.master_addr, std::to_string(g_port).c_str(), &hints, &found) != 0) { return 2; }
@@ -176,7 +181,7 @@ static int live_rank(int rank, int world) {
     LaunchInfo me = local_info(rank, world, g_port);
     Blob blob = start_blob(rank);
     rendezvous_tcp(&me, blob.bytes, sizeof(blob.bytes), g_timeout_s);
-    liveness_start(rank == 0 ? exit_with_peer : NULL);
+    liveness_start(rank == 0 ? exit_with_peer : nullptr);
     launch_sleep_ms(g_live_ms[rank]);
     if (rank == g_dying_rank) { _exit(3); }
     if (rank == g_failing_rank) { fail("rank %d: out of GPU memory", rank); }
@@ -189,62 +194,62 @@ static int live_rank(int rank, int world) {
 // 1. Launcher variables.
 
 TEST(env_each_launcher) {
-    const char* torchrun[] = {"RANK", "3", "WORLD_SIZE", "8", "LOCAL_RANK", "1", NULL};
+    const char* torchrun[] = {"RANK", "3", "WORLD_SIZE", "8", "LOCAL_RANK", "1", nullptr};
     LaunchInfo a = info_from(torchrun);
     CHECK(a.rank == 3 && a.world == 8 && a.local_rank == 1);
     CHECK(strcmp(a.source, "torchrun (RANK, WORLD_SIZE)") == 0);
     const char* ompi[] = {"OMPI_COMM_WORLD_RANK", "2", "OMPI_COMM_WORLD_SIZE", "4",
-                          "OMPI_COMM_WORLD_LOCAL_RANK", "0", NULL};
+                          "OMPI_COMM_WORLD_LOCAL_RANK", "0", nullptr};
     LaunchInfo b = info_from(ompi);
-    CHECK(b.rank == 2 && b.world == 4 && b.local_rank == 0 && strstr(b.source, "mpirun") != NULL);
-    const char* slurm[] = {"SLURM_PROCID", "5", "SLURM_NTASKS", "6", "SLURM_LOCALID", "1", NULL};
+    CHECK(b.rank == 2 && b.world == 4 && b.local_rank == 0 && strstr(b.source, "mpirun") != nullptr);
+    const char* slurm[] = {"SLURM_PROCID", "5", "SLURM_NTASKS", "6", "SLURM_LOCALID", "1", nullptr};
     LaunchInfo c = info_from(slurm);
-    CHECK(c.rank == 5 && c.world == 6 && c.local_rank == 1 && strstr(c.source, "srun") != NULL);
-    const char* none[] = {"SLURM_PROCID", "0", NULL};  // no size variable: not a launch
+    CHECK(c.rank == 5 && c.world == 6 && c.local_rank == 1 && strstr(c.source, "srun") != nullptr);
+    const char* none[] = {"SLURM_PROCID", "0", nullptr};  // no size variable: not a launch
     LaunchInfo d = info_from(none);
-    CHECK(d.rank == 0 && d.world == 1 && d.local_rank == 0 && strstr(d.source, "none") != NULL);
+    CHECK(d.rank == 0 && d.world == 1 && d.local_rank == 0 && strstr(d.source, "none") != nullptr);
 }
 
 TEST(env_precedence_and_defaults) {
     const char* all[] = {"SLURM_PROCID", "1", "SLURM_NTASKS", "2", "OMPI_COMM_WORLD_RANK", "3",
-                         "OMPI_COMM_WORLD_SIZE", "4", "RANK", "5", "WORLD_SIZE", "6", NULL};
+                         "OMPI_COMM_WORLD_SIZE", "4", "RANK", "5", "WORLD_SIZE", "6", nullptr};
     LaunchInfo a = info_from(all);
     CHECK(a.rank == 5 && a.world == 6);
     CHECK(a.local_rank == 5);  // no LOCAL_RANK: the rank (one node)
     CHECK(strcmp(a.master_addr, "127.0.0.1") == 0 && a.master_port == 29500);
     const char* mpi_slurm[] = {"SLURM_PROCID", "1", "SLURM_NTASKS", "2", "OMPI_COMM_WORLD_RANK", "3",
                                "OMPI_COMM_WORLD_SIZE", "4", "MASTER_ADDR", "node17", "MASTER_PORT", "1234",
-                               NULL};
+                               nullptr};
     LaunchInfo b = info_from(mpi_slurm);
     CHECK(b.rank == 3 && b.world == 4 && b.local_rank == 3);
     CHECK(strcmp(b.master_addr, "node17") == 0 && b.master_port == 1234);
     const char* torchrun[] = {"RANK", "1", "WORLD_SIZE", "2", "MASTER_PORT", "29400",
-                              "TORCHELASTIC_USE_AGENT_STORE", "True", NULL};
+                              "TORCHELASTIC_USE_AGENT_STORE", "True", nullptr};
     CHECK(info_from(torchrun).master_port == 29401);  // torchrun's agent store keeps 29400
 }
 
 TEST(env_errors) {
-    const char* not_int[] = {"RANK", "1x", "WORLD_SIZE", "2", NULL};
+    const char* not_int[] = {"RANK", "1x", "WORLD_SIZE", "2", nullptr};
     CHECK(env_fails(not_int, "error: RANK=1x is not an integer"));
-    const char* empty[] = {"WORLD_SIZE", "", NULL};
+    const char* empty[] = {"WORLD_SIZE", "", nullptr};
     CHECK(env_fails(empty, "WORLD_SIZE= is not an integer"));
-    const char* too_big[] = {"RANK", "5", "WORLD_SIZE", "2", NULL};
+    const char* too_big[] = {"RANK", "5", "WORLD_SIZE", "2", nullptr};
     CHECK(env_fails(too_big, "error: RANK=5 is outside [0, WORLD_SIZE=2)"));
-    const char* negative[] = {"OMPI_COMM_WORLD_RANK", "-1", "OMPI_COMM_WORLD_SIZE", "2", NULL};
+    const char* negative[] = {"OMPI_COMM_WORLD_RANK", "-1", "OMPI_COMM_WORLD_SIZE", "2", nullptr};
     CHECK(env_fails(negative, "OMPI_COMM_WORLD_RANK=-1 is outside [0, OMPI_COMM_WORLD_SIZE=2)"));
-    const char* world0[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "0", NULL};
+    const char* world0[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "0", nullptr};
     CHECK(env_fails(world0, "SLURM_NTASKS=0 must be at least 1"));
-    const char* local[] = {"RANK", "0", "WORLD_SIZE", "2", "LOCAL_RANK", "-2", NULL};
+    const char* local[] = {"RANK", "0", "WORLD_SIZE", "2", "LOCAL_RANK", "-2", nullptr};
     CHECK(env_fails(local, "LOCAL_RANK=-2 must not be negative"));
-    const char* port[] = {"MASTER_PORT", "70000", NULL};
+    const char* port[] = {"MASTER_PORT", "70000", nullptr};
     CHECK(env_fails(port, "MASTER_PORT=70000 is outside 1..65535"));
-    const char* port0[] = {"MASTER_PORT", "0", NULL};
+    const char* port0[] = {"MASTER_PORT", "0", nullptr};
     CHECK(env_fails(port0, "MASTER_PORT=0 is outside 1..65535"));
-    const char* port_text[] = {"MASTER_PORT", "http", NULL};
+    const char* port_text[] = {"MASTER_PORT", "http", nullptr};
     CHECK(env_fails(port_text, "MASTER_PORT=http is not an integer"));
-    const char* no_rank[] = {"WORLD_SIZE", "4", NULL};
+    const char* no_rank[] = {"WORLD_SIZE", "4", nullptr};
     CHECK(env_fails(no_rank, "WORLD_SIZE=4 is set but RANK is not"));
-    const char* no_addr[] = {"MASTER_ADDR", "", NULL};
+    const char* no_addr[] = {"MASTER_ADDR", "", nullptr};
     CHECK(env_fails(no_addr, "MASTER_ADDR= is empty"));
 }
 
@@ -439,7 +444,7 @@ static int launch_child_main(int argc, char** argv) {
     g_seed = 9;
     Blob blob = start_blob(me.rank);
     rendezvous_tcp(&me, blob.bytes, sizeof(blob.bytes), 10.0);
-    liveness_start(NULL);
+    liveness_start(nullptr);
     liveness_finish();
     char line[512];
     snprintf(line, sizeof(line), "%d %d %s %d %s %s", me.world, me.local_rank, me.master_addr, me.master_port,

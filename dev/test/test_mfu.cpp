@@ -21,7 +21,7 @@ TEST(unknown_devices_have_no_peak) {
 
 // Each entry is found by its own name: none is hidden by an earlier, shorter one.
 TEST(every_entry_reachable) {
-    for (const GpuPeak& gpu : kTf32Peaks) { CHECK(tf32_peak_tflops(gpu.name) == gpu.tf32_tflops); }
+    for (const GpuPeak& gpu : TF32_PEAKS) { CHECK(tf32_peak_tflops(gpu.name) == gpu.tf32_tflops); }
 }
 
 TEST_MAIN()

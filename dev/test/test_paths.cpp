@@ -10,13 +10,13 @@
 #include "dev/test/testing.h"
 #include "llmc/paths.h"
 
-#define ENCODER_PATH "dev/data/gpt2_encoder.json"
-#define TINYSHAKESPEARE_TEXT "dev/data/tiny_shakespeare.txt"
+constexpr const char* ENCODER_PATH = "dev/data/gpt2_encoder.json";
+constexpr const char* TINYSHAKESPEARE_TEXT = "dev/data/tiny_shakespeare.txt";
 
 #ifdef GPT2FP32_SOURCE_DIR
-static const char* const kSourceDir = GPT2FP32_SOURCE_DIR;
+constexpr const char* SOURCE_DIR = GPT2FP32_SOURCE_DIR;
 #else
-static const char* const kSourceDir = NULL;
+constexpr const char* SOURCE_DIR = nullptr;
 #endif
 
 // ---------------------------------------------------------------------------------
@@ -69,8 +69,8 @@ TEST(explicit_path_is_used_as_given_and_must_exist) {
 
 TEST(found_relative_to_the_repository_root) {
     InDir in(repo_root());
-    CHECK(find_bundled_file(ENCODER_PATH, NULL, "--vocab") == ENCODER_PATH);
-    CHECK(find_bundled_file(TINYSHAKESPEARE_TEXT, NULL, NULL) == TINYSHAKESPEARE_TEXT);
+    CHECK(find_bundled_file(ENCODER_PATH, nullptr, "--vocab") == ENCODER_PATH);
+    CHECK(find_bundled_file(TINYSHAKESPEARE_TEXT, nullptr, nullptr) == TINYSHAKESPEARE_TEXT);
 }
 
 TEST(found_from_another_directory) {
@@ -78,32 +78,32 @@ TEST(found_from_another_directory) {
     std::string expected = repo_root() + "/" + ENCODER_PATH;
     {
         InDir in(dir);
-        CHECK(find_bundled_file(ENCODER_PATH, NULL, "--vocab") == expected);
-        std::string text = find_bundled_file(TINYSHAKESPEARE_TEXT, NULL, NULL);
+        CHECK(find_bundled_file(ENCODER_PATH, nullptr, "--vocab") == expected);
+        std::string text = find_bundled_file(TINYSHAKESPEARE_TEXT, nullptr, nullptr);
         CHECK(text == repo_root() + "/" + TINYSHAKESPEARE_TEXT);
         CHECK(read_file(text).size() == 1115394);
         // A copy under the current directory comes first.
         std::filesystem::create_directories("dev/data");
         write_file("dev/data/gpt2_encoder.json", "{}");
-        CHECK(find_bundled_file(ENCODER_PATH, NULL, "--vocab") == ENCODER_PATH);
+        CHECK(find_bundled_file(ENCODER_PATH, nullptr, "--vocab") == ENCODER_PATH);
     }
     remove_dir(dir);
 }
 
 TEST(search_order_is_cwd_executable_dirs_then_source_dir) {
-    CHECK(kSourceDir != NULL);  // the Makefile passes -DGPT2FP32_SOURCE_DIR
+    CHECK(SOURCE_DIR != nullptr);  // the Makefile passes -DGPT2FP32_SOURCE_DIR
     std::string dir = make_temp_dir("test_paths");
     std::string exe = std::filesystem::canonical("/proc/self/exe").parent_path().string();
     std::vector<std::string> expected = {dir, exe, parent_dir(exe), parent_dir(parent_dir(exe))};
-    if (kSourceDir != NULL && std::find(expected.begin(), expected.end(), kSourceDir) == expected.end()) {
-        expected.push_back(kSourceDir);
+    if (SOURCE_DIR != nullptr && std::find(expected.begin(), expected.end(), SOURCE_DIR) == expected.end()) {
+        expected.push_back(SOURCE_DIR);
     }
     {
         InDir in(dir);
         CHECK(bundled_file_dirs() == expected);
     }
     CHECK(exe == repo_root() + "/build");
-    CHECK(kSourceDir != NULL && std::filesystem::equivalent(kSourceDir, repo_root()));
+    CHECK(SOURCE_DIR != nullptr && std::filesystem::equivalent(SOURCE_DIR, repo_root()));
     CHECK(parent_dir("/a/b") == "/a" && parent_dir("/a/b/") == "/a" && parent_dir("/a") == "/" && parent_dir("/") == "/");
     CHECK(join_path("/", "x/y") == "/x/y" && join_path("/a", "x") == "/a/x" && join_path("/a", "/abs") == "/abs");
     remove_dir(dir);
@@ -119,10 +119,10 @@ TEST(error_names_every_place_looked) {
     }
     CHECK(looked.find(dir + "/" + name + ", " + repo_root() + "/build/" + name + ", " + repo_root() + "/" + name) == 0);
     InDir in(dir);
-    CHECK(expect_exit_failure([&]() { find_bundled_file(name, NULL, "--vocab"); },
+    CHECK(expect_exit_failure([&]() { find_bundled_file(name, nullptr, "--vocab"); },
                               ("error: cannot find " + std::string(name) + ": looked in " + looked +
                                "; pass --vocab PATH\n").c_str()));
-    CHECK(expect_exit_failure([&]() { find_bundled_file(name, NULL, NULL); },
+    CHECK(expect_exit_failure([&]() { find_bundled_file(name, nullptr, nullptr); },
                               ("error: cannot find " + std::string(name) + ": looked in " + looked + "\n").c_str()));
     remove_dir(dir);
 }
@@ -214,7 +214,7 @@ TEST(prepare_data_tinyshakespeare_from_another_directory) {
 // ---------------------------------------------------------------------------------
 // ./train_gpt2_fp32 and ./test_gpt2_fp32 from other directories.
 
-static const char* const NO_GPU = "error: no CUDA GPU found";
+constexpr const char* NO_GPU = "error: no CUDA GPU found";
 
 TEST(trainer_finds_the_bundled_data_and_vocabulary_from_another_directory) {
     std::string dir = make_temp_dir("test_paths");

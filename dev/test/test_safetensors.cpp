@@ -13,7 +13,7 @@
 #include "dev/test/testing.h"
 #include "llmc/safetensors.h"
 
-typedef std::vector<std::pair<std::string, std::string>> Metadata;
+using Metadata = std::vector<std::pair<std::string, std::string>>;
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -38,7 +38,7 @@ static std::string entry(const std::string& name, const char* dtype, const char*
 }
 
 // Parses a whole image with the pure parser; its error, or "(parsed)".
-static std::string parse_error(const std::string& bytes, SafeFile* file = NULL) {
+static std::string parse_error(const std::string& bytes, SafeFile* file = nullptr) {
     SafeFile local;
     char error[512] = "";
     bool ok = safetensors_parse_header((const uint8_t*)bytes.data(), bytes.size(), bytes.size(), file ? file : &local, error,
@@ -76,7 +76,7 @@ TEST(write_then_read_back) {
     memcpy(&vector[2], &nan_bits, 4);
     float scalar = 42.0f;
     std::vector<SafeTensorOut> tensors = {
-        {"h.0.attn.w", {2, 3}, matrix.data()}, {"wte", {4}, vector.data()}, {"scale", {}, &scalar}, {"empty", {0, 5}, NULL}};
+        {"h.0.attn.w", {2, 3}, matrix.data()}, {"wte", {4}, vector.data()}, {"scale", {}, &scalar}, {"empty", {0, 5}, nullptr}};
     Metadata metadata = {{"format", "pt"}, {"note", "two\nlines, \"quoted\", caf\xC3\xA9"}};
     safetensors_write_f32(path.c_str(), tensors, metadata);
     SafeFile file;
@@ -96,7 +96,7 @@ TEST(write_then_read_back) {
     safetensors_read_f32(path.c_str(), &file, safetensors_find(&file, "h.0.attn.w"), got_matrix.data());
     safetensors_read_f32(path.c_str(), &file, safetensors_find(&file, "wte"), got_vector.data());
     safetensors_read_f32(path.c_str(), &file, safetensors_find(&file, "scale"), &got_scalar);
-    safetensors_read_f32(path.c_str(), &file, safetensors_find(&file, "empty"), NULL);
+    safetensors_read_f32(path.c_str(), &file, safetensors_find(&file, "empty"), nullptr);
     CHECK(memcmp(got_matrix.data(), matrix.data(), 24) == 0);  // bit-exact, -0 and the subnormal included
     CHECK(memcmp(got_vector.data(), vector.data(), 16) == 0);  // the NaN's payload included
     CHECK(got_scalar == 42.0f);
@@ -149,7 +149,7 @@ TEST(writer_refuses_what_it_cannot_store) {
     CHECK(expect_exit_failure([&] { safetensors_write_f32(path, {{"a", {1LL << 62, 4}, &one}}, {}); }, "tensor \"a\" has a bad shape"));
     CHECK(expect_exit_failure([&] { safetensors_write_f32(path, {{"a", {1LL << 61}, &one}, {"b", {1LL << 61}, &one}}, {}); },
                               "tensor \"b\" has a bad shape"));  // 2^63 bytes each: the offsets would overflow
-    CHECK(expect_exit_failure([&] { safetensors_write_f32(path, {{"a", {2}, NULL}}, {}); }, "tensor \"a\" has no data"));
+    CHECK(expect_exit_failure([&] { safetensors_write_f32(path, {{"a", {2}, nullptr}}, {}); }, "tensor \"a\" has no data"));
     CHECK(expect_exit_failure([&] { safetensors_write_f32(path, {}, {{"k", "1"}, {"k", "2"}}); },
                               "metadata key \"k\" appears twice"));
     CHECK(expect_exit_failure([&] { safetensors_write_f32(path, {}, {{"k", "\xC3"}}); }, "metadata \"k\" is not UTF-8"));
@@ -161,8 +161,8 @@ TEST(writer_refuses_what_it_cannot_store) {
 // F16 and BF16
 
 // Hand-written bit patterns and the float32 bits they must become.
-static const uint16_t kF16[] = {0x3C00, 0xC100, 0x7BFF, 0x0001, 0x03FF, 0x0400, 0x8000, 0x8001, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFE00};
-static const uint32_t kF16AsF32[] = {
+constexpr uint16_t F16_BITS[] = {0x3C00, 0xC100, 0x7BFF, 0x0001, 0x03FF, 0x0400, 0x8000, 0x8001, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFE00};
+constexpr uint32_t F16_AS_F32[] = {
     0x3F800000,  // 1.0
     0xC0200000,  // -2.5
     0x477FE000,  // 65504, the largest half
@@ -177,8 +177,8 @@ static const uint32_t kF16AsF32[] = {
     0x7F802000,  // signalling NaN, payload kept
     0xFFC00000,  // negative NaN
 };
-static const uint16_t kBF16[] = {0x3F80, 0xC020, 0x7F7F, 0x0001, 0x0080, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7F81};
-static const uint32_t kBF16AsF32[] = {
+constexpr uint16_t BF16_BITS[] = {0x3F80, 0xC020, 0x7F7F, 0x0001, 0x0080, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7F81};
+constexpr uint32_t BF16_AS_F32[] = {
     0x3F800000,  // 1.0
     0xC0200000,  // -2.5
     0x7F7F0000,  // the largest bfloat16
@@ -192,8 +192,8 @@ static const uint32_t kBF16AsF32[] = {
 };
 
 TEST(f16_and_bf16_known_patterns) {
-    for (size_t i = 0; i < sizeof(kF16) / 2; i++) { CHECK(bits_of(safetensors_f16_to_f32(kF16[i])) == kF16AsF32[i]); }
-    for (size_t i = 0; i < sizeof(kBF16) / 2; i++) { CHECK(bits_of(safetensors_bf16_to_f32(kBF16[i])) == kBF16AsF32[i]); }
+    for (size_t i = 0; i < sizeof(F16_BITS) / 2; i++) { CHECK(bits_of(safetensors_f16_to_f32(F16_BITS[i])) == F16_AS_F32[i]); }
+    for (size_t i = 0; i < sizeof(BF16_BITS) / 2; i++) { CHECK(bits_of(safetensors_bf16_to_f32(BF16_BITS[i])) == BF16_AS_F32[i]); }
     CHECK(safetensors_f16_to_f32(0x3C00) == 1.0f && safetensors_f16_to_f32(0xC100) == -2.5f);
     CHECK(safetensors_f16_to_f32(0x7BFF) == 65504.0f && safetensors_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
     CHECK(isinf(safetensors_f16_to_f32(0x7C00)) && isnan(safetensors_f16_to_f32(0x7E00)));
@@ -223,18 +223,18 @@ TEST(f16_all_patterns) {
 TEST(read_f16_and_bf16_files) {
     std::string dir = make_temp_dir("test_safetensors");
     std::string path = dir + "/half.safetensors";
-    size_t nh = sizeof(kF16) / 2, nb = sizeof(kBF16) / 2;
+    size_t nh = sizeof(F16_BITS) / 2, nb = sizeof(BF16_BITS) / 2;
     std::string header = "{" + entry("h", "F16", ("[" + std::to_string(nh) + "]").c_str(), 0, 2 * nh) + "," +
                          entry("b", "BF16", ("[2," + std::to_string(nb / 2) + "]").c_str(), 2 * nh, 2 * (nh + nb)) + "}";
-    write_file(path, image(header, u16_bytes(std::vector<uint16_t>(kF16, kF16 + nh)) +
-                                       u16_bytes(std::vector<uint16_t>(kBF16, kBF16 + nb))));
+    write_file(path, image(header, u16_bytes(std::vector<uint16_t>(F16_BITS, F16_BITS + nh)) +
+                                       u16_bytes(std::vector<uint16_t>(BF16_BITS, BF16_BITS + nb))));
     SafeFile file;
     safetensors_open(path.c_str(), &file);
     std::vector<float> h(nh), b(nb);
     safetensors_read_f32(path.c_str(), &file, safetensors_find(&file, "h"), h.data());
     safetensors_read_f32(path.c_str(), &file, safetensors_find(&file, "b"), b.data());
-    for (size_t i = 0; i < nh; i++) { CHECK(bits_of(h[i]) == kF16AsF32[i]); }
-    for (size_t i = 0; i < nb; i++) { CHECK(bits_of(b[i]) == kBF16AsF32[i]); }
+    for (size_t i = 0; i < nh; i++) { CHECK(bits_of(h[i]) == F16_AS_F32[i]); }
+    for (size_t i = 0; i < nb; i++) { CHECK(bits_of(b[i]) == BF16_AS_F32[i]); }
     CHECK(safetensors_numel(safetensors_find(&file, "b")) == nb);
     remove_dir(dir);
 }
@@ -270,7 +270,7 @@ TEST(parses_valid_headers) {
     CHECK(parse_error(header_image(entries, 12), &file) == "(parsed)");
     CHECK(file.tensors.size() == 2 && file.tensors[0].name == "second" && file.tensors[1].name == "first");
     CHECK(file.tensors[1].shape == std::vector<int64_t>({2, 2}) && file.tensors[1].dtype == "I8");
-    CHECK(safetensors_find(&file, "first") == &file.tensors[1] && safetensors_find(&file, "third") == NULL);
+    CHECK(safetensors_find(&file, "first") == &file.tensors[1] && safetensors_find(&file, "third") == nullptr);
     CHECK(file.file_size == 8 + 2 + entries.size() + 12 && file.data_offset == 8 + 2 + entries.size());
     // scalars and empty tensors, also at the very end of the data
     entries = entry("s", "F64", "[]", 0, 8) + "," + entry("e0", "F32", "[0]", 8, 8) + "," + entry("e1", "BF16", "[3,0,2]", 8, 8);
@@ -306,7 +306,7 @@ TEST(refuses_bad_lengths) {
     // a length over the limit in a file big enough to hold it: refused from the first 8 bytes alone
     SafeFile file;
     char error[256];
-    std::string length = u64_le(kSafetensorsMaxHeader + 1);
+    std::string length = u64_le(SAFETENSORS_MAX_HEADER + 1);
     CHECK(!safetensors_parse_header((const uint8_t*)length.data(), 8, 300000000, &file, error, sizeof(error)));
     CHECK(strcmp(error, "header length 100000001 is over the limit of 100000000 bytes") == 0);
     // a caller that hands over less than the whole header

@@ -15,16 +15,42 @@
 // ----------------------------------------------------------------------------
 // helpers
 
-static const int kStep = 12;
+constexpr int STEP = 12;
 
-// A state of P parameters after kStep steps: varied finite moments, a window of a few norms.
+// A state of P parameters after STEP steps: varied finite moments, a window of a few norms.
 static RunState sample_state(size_t P) {
     RunState s = {};
-    s.step = kStep;
-    s.adam_step = kStep - 1;  // one step skipped
-    s.shape = RunShape{4,    64,   8,    100,   3,     SCHEDULE_COSINE, 0, 1, 0, 6e-4f,
-                       0.1f, 0.1f, 0.9f, 0.95f, 1e-8f, 1.0f,            7, 6.0f, 8};
-    s.loader = DataLoaderState{2, 1, 5, 7, 3, 123456, 4, 64, 8, 1};
+    s.step = STEP;
+    s.adam_step = STEP - 1;  // one step skipped
+    s.shape = RunShape{.B = 4,
+                       .T = 64,
+                       .micro_batches = 8,
+                       .max_steps = 100,
+                       .warmup_steps = 3,
+                       .schedule = SCHEDULE_COSINE,
+                       .attention = 0,
+                       .use_tf32 = 1,
+                       .overfit_single_batch = 0,
+                       .lr = 6e-4f,
+                       .final_lr_frac = 0.1f,
+                       .weight_decay = 0.1f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.95f,
+                       .eps = 1e-8f,
+                       .grad_clip = 1.0f,
+                       .seed = 7,
+                       .spike_z = 6.0f,
+                       .spike_window = 8};
+    s.loader = DataLoaderState{.epoch = 2,
+                               .shard_index = 1,
+                               .batch_index = 5,
+                               .seed = 7,
+                               .num_shards = 3,
+                               .num_tokens = 123456,
+                               .B = 4,
+                               .T = 64,
+                               .micro_batches = 8,
+                               .shuffle = 1};
     outlier_init(&s.recent_norms, 8);
     for (double norm : {1.5, 1.25, 1.75}) { outlier_push(&s.recent_norms, norm); }
     for (size_t i = 0; i < P; i++) {
@@ -60,14 +86,14 @@ static void reseal(std::string* bytes) {
     set_slot(bytes, STATE_CHECKSUM_SLOT, (int32_t)crc32c_update(0, bytes->data(), bytes->size()));
 }
 
-// Loads `bytes` as the state file of step kStep for P parameters, keeping [begin, end); the problem
+// Loads `bytes` as the state file of step STEP for P parameters, keeping [begin, end); the problem
 // ("" if it loads). A problem must be one line and a load must report one exactly when it fails.
 static std::string load_bytes(const std::string& bytes, size_t P, RunState* s, size_t begin, size_t end,
                               size_t chunk = STATE_CHUNK_FLOATS) {
     Scratch scratch;
     write_file(scratch.path, bytes);
     std::string problem;
-    bool ok = state_file_load(scratch.path.c_str(), kStep, P, begin, end, s, &problem, chunk);
+    bool ok = state_file_load(scratch.path.c_str(), STEP, P, begin, end, s, &problem, chunk);
     if (ok != problem.empty() || problem.find('\n') != std::string::npos) { return "not one line: " + problem; }
     return problem;
 }
@@ -105,7 +131,7 @@ TEST(layout_of_version_3) {
     const size_t P = 10;
     RunState s = sample_state(P);
     std::string expected(1024 + 8 * P, '\0');
-    int32_t first[4] = {20240417, 3, kStep, kStep - 1};
+    int32_t first[4] = {20240417, 3, STEP, STEP - 1};
     memcpy(&expected[0], first, sizeof(first));
     memcpy(&expected[16 * 4], &s.shape, sizeof(s.shape));
     memcpy(&expected[64 * 4], &s.loader, sizeof(s.loader));
@@ -162,9 +188,9 @@ TEST(write_refuses_non_finite_moments) {
 TEST(slice_outside_the_parameters_is_a_caller_error) {
     RunState s;
     std::string problem;
-    CHECK(expect_exit_failure([&] { state_file_load("unused", kStep, 10, 4, 11, &s, &problem); },
+    CHECK(expect_exit_failure([&] { state_file_load("unused", STEP, 10, 4, 11, &s, &problem); },
                               "state_file_load: slice [4, 11) of 10 parameters"));
-    CHECK(expect_exit_failure([&] { state_file_load("unused", kStep, 10, 5, 4, &s, &problem); }, "slice [5, 4)"));
+    CHECK(expect_exit_failure([&] { state_file_load("unused", STEP, 10, 5, 4, &s, &problem); }, "slice [5, 4)"));
 }
 
 // ----------------------------------------------------------------------------
@@ -173,7 +199,7 @@ TEST(slice_outside_the_parameters_is_a_caller_error) {
 TEST(missing_file) {
     RunState s;
     std::string problem;
-    CHECK(!state_file_load("/nonexistent/state_00000012.bin", kStep, 10, 0, 10, &s, &problem, 4));
+    CHECK(!state_file_load("/nonexistent/state_00000012.bin", STEP, 10, 0, 10, &s, &problem, 4));
     CHECK(problem == "cannot open /nonexistent/state_00000012.bin: No such file or directory");
 }
 
@@ -187,7 +213,7 @@ TEST(header_defects) {
     set_slot(&bytes, 1, 2);
     CHECK(refused_with(bytes, P, "magic 20240417 version 2, expected 20240417 version 3"));
     bytes = good;
-    set_slot(&bytes, 2, kStep - 1);
+    set_slot(&bytes, 2, STEP - 1);
     CHECK(refused_with(bytes, P, "holds step 11, expected 12"));
     CHECK(refused_with(good, P + 1,
                        "1104 bytes, expected 1112 for a model of 11 parameters (truncated, or a smaller model's)"));
@@ -253,7 +279,7 @@ TEST(non_finite_moments_named) {
 TEST(run_slots_checked) {
     const size_t P = 10;
     RunState s = sample_state(P);
-    s.adam_step = kStep + 1;
+    s.adam_step = STEP + 1;
     CHECK(refused_with(file_bytes(s), P, "AdamW's step 13 is outside [0, 12] (the steps done)"));
     s.adam_step = -1;
     CHECK(refused_with(file_bytes(s), P, "AdamW's step -1 is outside [0, 12]"));
@@ -278,7 +304,7 @@ static std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
     std::string nan_in_v = valid, wrong_step = valid, flipped = valid;
     set_float(&nan_in_v, moment_offset(1, 40, P), NAN);
     reseal(&nan_in_v);
-    set_slot(&wrong_step, 2, kStep + 1);
+    set_slot(&wrong_step, 2, STEP + 1);
     flipped[moment_offset(0, 3, P)] ^= 0x10;
     return {{"valid.bin", valid}, {"full_window.bin", file_bytes(full)}, {"nan_in_v.bin", nan_in_v},
             {"wrong_step.bin", wrong_step}, {"flipped.bin", flipped}, {"truncated.bin", valid.substr(0, 1124)}};

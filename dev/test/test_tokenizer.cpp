@@ -12,9 +12,9 @@
 #include "dev/test/testing.h"
 #include "llmc/tokenizer.h"
 
-static const char* kShakespearePath = "dev/data/tiny_shakespeare.txt";
-static const char* kVectorTextPath = "dev/test/vectors/tokenizer_text.txt";
-static const char* kVectorIdsPath = "dev/test/vectors/tokenizer_ids.txt";
+constexpr const char* SHAKESPEARE_PATH = "dev/data/tiny_shakespeare.txt";
+constexpr const char* VECTOR_TEXT_PATH = "dev/test/vectors/tokenizer_text.txt";
+constexpr const char* VECTOR_IDS_PATH = "dev/test/vectors/tokenizer_ids.txt";
 
 // ----------------------------------------------------------------------------
 // helpers
@@ -49,7 +49,7 @@ static std::vector<std::string> pieces(const std::string& text) {
 
 // The classic .bin of `tokens` (id order), written by hand.
 static std::string bin_image(int32_t version, int32_t eot, const std::vector<std::string>& tokens) {
-    int32_t header[kTokenizerBinHeaderInts] = {kTokenizerBinMagic, version, (int32_t)tokens.size(), eot};
+    int32_t header[TOKENIZER_BIN_HEADER_INTS] = {TOKENIZER_BIN_MAGIC, version, (int32_t)tokens.size(), eot};
     std::string image((const char*)header, sizeof(header));
     for (const std::string& token : tokens) { image += (char)token.size() + token; }
     return image;
@@ -78,10 +78,10 @@ TEST(hello_world) {
 TEST(shakespeare_start) {
     std::vector<uint32_t> expected = {5962, 22307, 25, 198, 8421, 356, 5120, 597, 2252, 11, 3285, 502, 2740, 13, 628};
     std::string start = "First Citizen:\nBefore we proceed any further, hear me speak.\n\n";
-    CHECK(read_file(kShakespearePath).compare(0, start.size(), start) == 0);
+    CHECK(read_file(SHAKESPEARE_PATH).compare(0, start.size(), start) == 0);
     CHECK(encode(start) == expected);
     // in the whole file the "\n\n" is followed by text, so it splits into two "\n"
-    std::vector<uint32_t> whole = encode(read_file(kShakespearePath));
+    std::vector<uint32_t> whole = encode(read_file(SHAKESPEARE_PATH));
     CHECK(std::vector<uint32_t>(whole.begin(), whole.begin() + 14) ==
           std::vector<uint32_t>(expected.begin(), expected.begin() + 14));
     CHECK(whole[14] == 198 && whole[15] == 198);
@@ -94,7 +94,7 @@ struct IdsCase {
 };
 
 // Texts and their ids from tiktoken's gpt2 encoding.
-static const IdsCase kTiktokenCases[] = {
+static const IdsCase TIKTOKEN_CASES[] = {
     {"hello",
      "Hello world",
      {15496, 995}},
@@ -191,7 +191,7 @@ static const IdsCase kTiktokenCases[] = {
 };
 
 TEST(tiktoken_cases) {
-    for (const IdsCase& c : kTiktokenCases) {
+    for (const IdsCase& c : TIKTOKEN_CASES) {
         bool ok = encode(c.text) == c.ids && decode(c.ids) == c.text;
         if (!ok) { fprintf(stderr, "  case %s differs from tiktoken\n", c.name); }
         CHECK(ok);
@@ -200,9 +200,9 @@ TEST(tiktoken_cases) {
 
 // The varied text of dev/test/vectors must encode exactly as tiktoken did.
 TEST(tiktoken_vectors) {
-    std::string text = read_file(kVectorTextPath);
+    std::string text = read_file(VECTOR_TEXT_PATH);
     std::vector<uint32_t> expected;
-    std::string ids_text = read_file(kVectorIdsPath);
+    std::string ids_text = read_file(VECTOR_IDS_PATH);
     for (const char* p = ids_text.c_str(); *p != '\0' && *p != '\n';) {
         char* end;
         expected.push_back((uint32_t)strtoul(p, &end, 10));
@@ -226,7 +226,7 @@ TEST(megabyte_single_piece) {
 }
 
 TEST(megabyte_single_line) {
-    std::string line = read_file(kShakespearePath);
+    std::string line = read_file(SHAKESPEARE_PATH);
     for (char& c : line) { c = c == '\n' ? ' ' : c; }
     std::vector<uint32_t> ids = encode(line);
     CHECK(ids.size() > 200000);
@@ -237,7 +237,7 @@ TEST(megabyte_single_line) {
 // pre-tokenizer
 
 TEST(pieces_follow_the_pattern) {
-    typedef std::vector<std::string> Pieces;
+    using Pieces = std::vector<std::string>;
     CHECK(pieces("I'll") == Pieces({"I", "'ll"}));
     CHECK(pieces("DON'T") == Pieces({"DON", "'", "T"}));
     CHECK(pieces("He'S") == Pieces({"He", "'", "S"}));
@@ -263,7 +263,7 @@ TEST(pieces_follow_the_pattern) {
 
 // Each byte of an ill-formed sequence is one character of class other.
 TEST(invalid_utf8_pieces) {
-    typedef std::vector<std::string> Pieces;
+    using Pieces = std::vector<std::string>;
     CHECK(pieces("a\x80" "b") == Pieces({"a", "\x80", "b"}));
     CHECK(pieces(" \xFF\xFE") == Pieces({" \xFF\xFE"}));
     CHECK(pieces("\xE2\x82" "a") == Pieces({"\xE2\x82", "a"}));
@@ -359,7 +359,7 @@ TEST(heap_merge_matches_linear_merge) {
     std::mt19937 rng(11);
     for (int i = 0; i < 3000; i++) {
         std::string piece;
-        size_t len = 2 + rng() % (kLinearBpeMaxLen - 3);
+        size_t len = 2 + rng() % (LINEAR_BPE_MAX_LEN - 3);
         while (piece.size() < len) { piece += alphabet[rng() % 12]; }
         piece.resize(len);
         std::vector<uint32_t> linear, heap;
@@ -371,7 +371,7 @@ TEST(heap_merge_matches_linear_merge) {
 }
 
 TEST(concurrent_encoding) {
-    std::string text = read_file(kVectorTextPath) + read_file(kShakespearePath).substr(0, 300000);
+    std::string text = read_file(VECTOR_TEXT_PATH) + read_file(SHAKESPEARE_PATH).substr(0, 300000);
     std::vector<uint32_t> expected = encode(text);
     std::vector<std::vector<uint32_t>> results(4);
     std::vector<std::thread> threads;
@@ -423,7 +423,7 @@ TEST(bin_round_trip) {
         same_tokens = same_tokens && std::string((const char*)bytes, len) == tokens[id];
     }
     CHECK(same_tokens);
-    std::string text = read_file(kVectorTextPath);
+    std::string text = read_file(VECTOR_TEXT_PATH);
     CHECK(encode(text, reloaded) == encode(text));
     tokenizer_free(&reloaded);
     CHECK(reloaded.vocab_size == 0);
@@ -510,7 +510,7 @@ static std::string printed(const std::vector<std::string>& chunks) {
 }
 
 TEST(utf8_printer) {
-    const std::string kReplacement = "\xEF\xBF\xBD";
+    const std::string REPLACEMENT = "\xEF\xBF\xBD";
     Utf8Printer printer;
     std::string out;
     printer.feed((const uint8_t*)"caf\xC3", 4, &out);
@@ -518,11 +518,11 @@ TEST(utf8_printer) {
     printer.feed((const uint8_t*)"\xA9!", 2, &out);
     CHECK(out == "caf\xC3\xA9!");
     CHECK(printed({"\xE2", "\x82", "\xAC"}) == "\xE2\x82\xAC");
-    CHECK(printed({"a\x80" "b"}) == "a" + kReplacement + "b");
-    CHECK(printed({"\xE2\x82", "a"}) == kReplacement + "a");
-    CHECK(printed({"ok\xF0\x9F\x98"}) == "ok" + kReplacement);  // flushed at the end
-    CHECK(printed({"\xC0\xAF"}) == kReplacement + kReplacement);
-    CHECK(printed({"\xED\xA0\x80"}) == kReplacement + kReplacement + kReplacement);
+    CHECK(printed({"a\x80" "b"}) == "a" + REPLACEMENT + "b");
+    CHECK(printed({"\xE2\x82", "a"}) == REPLACEMENT + "a");
+    CHECK(printed({"ok\xF0\x9F\x98"}) == "ok" + REPLACEMENT);  // flushed at the end
+    CHECK(printed({"\xC0\xAF"}) == REPLACEMENT + REPLACEMENT);
+    CHECK(printed({"\xED\xA0\x80"}) == REPLACEMENT + REPLACEMENT + REPLACEMENT);
     // sampled text printed token by token comes out whole
     std::string text = "emoji \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD, \xE4\xB8\xAD\xE6\x96\x87 and caf\xC3\xA9";
     std::vector<std::string> token_chunks;

@@ -15,7 +15,7 @@
 
 #include "dev/test/files.h"
 
-typedef void (*TestFn)(void);
+using TestFn = void (*)(void);
 struct TestCase { const char* name; TestFn fn; };
 
 static TestCase g_tests[512];
@@ -97,7 +97,7 @@ static bool expect_exit_failure(F fn, const char* expected) {
     char err[4096];
     int status = run_in_child(fn, err, sizeof(err));
     bool failed = WIFEXITED(status) && WEXITSTATUS(status) != 0;
-    bool matched = strstr(err, expected) != NULL;
+    bool matched = strstr(err, expected) != nullptr;
     if (!failed || !matched) {
         fprintf(stderr, "  expected a failing exit with \"%s\", got status %d and stderr: %s\n",
                 expected, status, err);
@@ -107,10 +107,10 @@ static bool expect_exit_failure(F fn, const char* expected) {
 
 #define TEST_MAIN()                                                           \
     int main(int argc, char** argv) {                                         \
-        const char* filter = argc > 1 ? argv[1] : NULL;                       \
+        const char* filter = argc > 1 ? argv[1] : nullptr;                       \
         int passed = 0, failed = 0;                                           \
         for (int i = 0; i < g_num_tests; i++) {                               \
-            if (filter && strstr(g_tests[i].name, filter) == NULL) continue;  \
+            if (filter && strstr(g_tests[i].name, filter) == nullptr) continue;  \
             g_current_failures = 0;                                           \
             g_tests[i].fn();                                                  \
             if (g_current_failures == 0) { passed++; }                        \
