@@ -30,16 +30,16 @@ bundled small fixture.
 // 1e-2 to 1 (scripts/mutation_check.sh proves each is caught). TF32 (-f 1): the matrix products
 // round their inputs to 10 mantissa bits (2^-11 ~ 5e-4 per product), which the passes compound;
 // measured up to 2e-2 on the ReLU fixture's tiny qkvw gradient, so the TF32 ones are looser.
-typedef struct {
+struct Tolerances {
     double logits;      // relative to max |logit|
     double loss;        // absolute, nats
     double grads;       // relative to each tensor's max |gradient|
     double step_loss;   // absolute, nats, after AdamW steps
     double grad_norm;   // relative to the reference norm
-} Tolerances;
+};
 
-static const Tolerances FP32_TOLERANCES = {2e-5, 2e-5, 5e-4, 5e-5, 5e-5};
-static const Tolerances TF32_TOLERANCES = {5e-3, 2e-3, 1e-1, 1e-2, 1e-2};
+constexpr Tolerances FP32_TOLERANCES = {.logits = 2e-5, .loss = 2e-5, .grads = 5e-4, .step_loss = 5e-5, .grad_norm = 5e-5};
+constexpr Tolerances TF32_TOLERANCES = {.logits = 5e-3, .loss = 2e-3, .grads = 1e-1, .step_loss = 1e-2, .grad_norm = 1e-2};
 
 // One row of the results table; false when the error is over tolerance or not finite.
 static bool report(const char* name, double error, double scale, double tolerance, bool relative) {
@@ -94,18 +94,18 @@ static bool check_relative_scalar(const char* name, float got, float expected, d
 // random with weights N(0, 0.1), large enough for sharp attention, so that a key or value read
 // from the wrong position moves the logits far beyond the tolerance; maxT = 400 and a 250-token prompt put
 // the steps in chunks 7 and 8 of attention_decode (DECODE_CHUNK = 32) and the prompt across eight.
-static const double DECODE_TOLERANCE = 1e-5;
+constexpr double DECODE_TOLERANCE = 1e-5;
 
-static std::vector<float> random_parameters(const GPT2Config* config, uint64_t seed) {
+static std::vector<float> random_parameters(const ModelShape* config, uint64_t seed) {
     size_t sizes[NUM_PARAMETER_TENSORS];
-    parameter_sizes(sizes, config);
+    parameter_sizes(config, sizes);
     std::vector<float> host(count_parameters(config));
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> normal(0.0f, 0.1f);
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        bool layernorm_weight = i == 2 || i == 8 || i == 14;
-        for (size_t j = 0; j < sizes[i]; j++) { host[offset + j] = (layernorm_weight ? 1.0f : 0.0f) + normal(rng); }
+        float mean = PARAMETER_TENSORS[i].init == INIT_ONE ? 1.0f : 0.0f;  // the layernorm weights
+        for (size_t j = 0; j < sizes[i]; j++) { host[offset + j] = mean + normal(rng); }
         offset += sizes[i];
     }
     size_t V = config->vocab_size, Vp = config->padded_vocab_size, C = config->channels;
@@ -118,7 +118,7 @@ static std::vector<float> random_parameters(const GPT2Config* config, uint64_t s
 static std::vector<std::vector<int>> check_decode_steps(GPT2* decoder, GPT2* reference, const std::vector<int>& prompt,
                                                         int M, int steps, SamplingParams sampling, double* max_error,
                                                         int* wrong_greedy) {
-    const GPT2Config* c = &decoder->config;
+    const ModelShape* c = &decoder->config;
     int n = (int)prompt.size(), Vp = c->padded_vocab_size, V = c->vocab_size;
     Generator gen;
     generator_init(&gen, decoder, M, n + steps);
@@ -130,7 +130,7 @@ static std::vector<std::vector<int>> check_decode_steps(GPT2* decoder, GPT2* ref
         int T = n + step;  // tokens so far; the step's logits are those of position T - 1
         std::vector<int> rows((size_t)M * T);
         for (int m = 0; m < M; m++) { memcpy(&rows[(size_t)m * T], gen.tokens + (size_t)m * gen.max_T, T * sizeof(int)); }
-        gpt2_forward(reference, rows.data(), NULL, M, T);
+        gpt2_forward(reference, rows.data(), nullptr, M, T);
         for (int m = 0; m < M; m++) {
             gpt2_read_logits(reference, (size_t)m * T + T - 1, Vp, expected.data());
             std::vector<float> got(logits.begin() + (size_t)m * Vp, logits.begin() + (size_t)m * Vp + V);
@@ -154,8 +154,10 @@ static int run_decode_checks() {
     const int prompt_len = 250, steps = 20, M = 3, M_many = FEW_ROWS_MAX + 2;  // M_many: the cuBLAS path
     for (int hs : {32, 64, 128}) {
         for (AttentionKind kind : {ATTENTION_SOFTMAX, ATTENTION_RELU}) {
-            GPT2Config config = {400, 1000, 1024, 2, 256 / hs, 256, kind};
+            ModelShape config = {.max_seq_len = 400, .vocab_size = 1000, .padded_vocab_size = 1024, .num_layers = 2,
+                                 .num_heads = 256 / hs, .channels = 256, .attention = kind};
             std::vector<float> host = random_parameters(&config, 42 + hs);
+            size_t device_bytes = g_device_bytes;  // what the two models' gpt2_free must give back
             GPT2 decoder, reference;
             gpt2_build_from_parameters(&decoder, &config, host);
             gpt2_build_from_parameters(&reference, &config, host);
@@ -164,7 +166,8 @@ static int run_decode_checks() {
             std::mt19937 rng(hs);
             std::vector<int> prompt(prompt_len);
             for (int& id : prompt) { id = (int)(rng() % config.vocab_size); }
-            SamplingParams greedy = {0.0f, 0, 1.0f, 0, 1}, sampled = {0.8f, 40, 0.95f, 0, 7};
+            SamplingParams greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1};
+            SamplingParams sampled = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 7};
             double error = 0.0;
             int wrong_greedy = 0;
             check_decode_steps(&decoder, &reference, prompt, M, steps, greedy, &error, &wrong_greedy);
@@ -182,6 +185,8 @@ static int run_decode_checks() {
             count(report(name, first == again && distinct ? 0.0 : 1.0, 1.0, 0.0, false));
             gpt2_free(&decoder);
             gpt2_free(&reference);
+            snprintf(name, sizeof(name), "bytes not freed hs=%d %s", hs, attention_name(kind));
+            count(report(name, (double)(g_device_bytes - device_bytes), 1.0, 0.0, false));
         }
     }
     printf("%d passed, %d failed\n", checks - failures, failures);
@@ -189,14 +194,14 @@ static int run_decode_checks() {
     return failures == 0 ? 0 : 1;
 }
 
-static const char* const CLASSIC_MODEL = "gpt2_124M.bin";
-static const char* const CLASSIC_STATE = "gpt2_124M_debug_state.bin";
-static const char* const FIXTURE_MODEL = "dev/test/fixtures/gpt2_small_softmax_model.bin";
-static const char* const FIXTURE_STATE = "dev/test/fixtures/gpt2_small_softmax_state.bin";
+constexpr const char* CLASSIC_MODEL = "gpt2_124M.bin";
+constexpr const char* CLASSIC_STATE = "gpt2_124M_debug_state.bin";
+constexpr const char* FIXTURE_MODEL = "dev/test/fixtures/gpt2_small_softmax_model.bin";
+constexpr const char* FIXTURE_STATE = "dev/test/fixtures/gpt2_small_softmax_state.bin";
 
 int main(int argc, char** argv) {
-    const char* model_path = NULL;
-    const char* state_path = NULL;
+    const char* model_path = nullptr;
+    const char* state_path = nullptr;
     int precision = MATMUL_SPLIT_TF32;
     const char* usage = "usage: test_gpt2_fp32 [-m MODEL -s STATE] [-f 0|1|2] | --decode";
     if (argc == 2 && strcmp(argv[1], "--decode") == 0) {
@@ -216,29 +221,28 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "-f") == 0 && is_precision(argv[i + 1])) { precision = atoi(argv[i + 1]); }
         else { fail("unknown flag or value %s %s (%s)", argv[i], argv[i + 1], usage); }
     }
-    if ((model_path == NULL) != (state_path == NULL)) { fail("flags -m and -s go together (%s)", usage); }
+    if ((model_path == nullptr) != (state_path == nullptr)) { fail("flags -m and -s go together (%s)", usage); }
     std::string bundled_model, bundled_state;
-    if (model_path == NULL && (file_exists(CLASSIC_MODEL) || file_exists(CLASSIC_STATE))) {
+    if (model_path == nullptr && (file_exists(CLASSIC_MODEL) || file_exists(CLASSIC_STATE))) {
         model_path = CLASSIC_MODEL;
         state_path = CLASSIC_STATE;
-    } else if (model_path == NULL) {
-        bundled_model = find_bundled_file(FIXTURE_MODEL, NULL, "-m");
-        bundled_state = find_bundled_file(FIXTURE_STATE, NULL, "-s");
+    } else if (model_path == nullptr) {
+        bundled_model = find_bundled_file(FIXTURE_MODEL, nullptr, "-m");
+        bundled_state = find_bundled_file(FIXTURE_STATE, nullptr, "-s");
         model_path = bundled_model.c_str();
         state_path = bundled_state.c_str();
     }
     std::vector<float> parameters;  // the files are checked with or without a GPU
-    GPT2Config config = read_model(model_path, &parameters);
+    ModelShape config = read_model(model_path, &parameters);
     DebugState st;
-    ModelShape shape = shape_from_config(&config);
-    debug_state_read(&st, state_path, &shape, classifier_chunk_rows());
+    debug_state_read(&st, state_path, &config, classifier_chunk_rows());
     if (!cuda_setup(precision)) {
         printf("SKIPPED (no GPU): test_gpt2_fp32 %s\n", state_path);
         return 0;
     }
     GPT2 model;
     gpt2_build_from_parameters(&model, &config, parameters);
-    const GPT2Config* c = &model.config;
+    const ModelShape* c = &model.config;
     const Tolerances tol = precision == MATMUL_TF32 ? TF32_TOLERANCES : FP32_TOLERANCES;
     printf("test_gpt2_fp32: %s (version %d), %s attention, %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n",
            state_path, st.version, attention_name(c->attention), precision_name(precision), st.B, st.T,
@@ -253,7 +257,7 @@ int main(int argc, char** argv) {
     if (BT > classifier_chunk_rows()) {
         fail("%s: B*T = %zu is over the %zu logit rows kept", state_path, BT, classifier_chunk_rows());
     }
-    gpt2_forward(&model, st.inputs.data(), NULL, st.B, st.T);
+    gpt2_forward(&model, st.inputs.data(), nullptr, st.B, st.T);
     std::vector<float> logits(BT * c->padded_vocab_size);
     for (size_t row = 0; row < BT; row++) {
         gpt2_read_logits(&model, row, c->padded_vocab_size, logits.data() + row * c->padded_vocab_size);
@@ -292,7 +296,7 @@ int main(int argc, char** argv) {
             size_t offset = 0;
             for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
                 char name[64];
-                snprintf(name, sizeof(name), "grad %s", parameter_name(i));
+                snprintf(name, sizeof(name), "grad %s", PARAMETER_TENSORS[i].name);
                 count(check_relative(name, grads.data() + offset, st.grads.data() + offset, model.param_sizes[i], tol.grads));
                 offset += model.param_sizes[i];
             }

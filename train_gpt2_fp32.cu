@@ -14,24 +14,24 @@ Layouts (all row-major, float32):
 Every offset into a tensor is size_t: the activations together pass 2^31 floats at B=32, T=1024.
 
 Sections, in data-flow order (each a banner below; the host front-end is in llmc/, see the includes):
-   1 CUDA utilities            device memory, graphs, streams
+   1 CUDA utilities            device memory, graphs, streams, ordered element-wise sums
    2 Encoder                   wte[token] + wpe[position], and its backward
    3 LayerNorm                 forward, backward, the transposed copies the products read
-   4 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, bias gradients
-   5 Attention                 flash attention forward and backward (mma.sync, wgmma), KV-cache decode
-   6 GELU
+   4 GELU                      forward; its backward is fused into the fc layer's bias gradient (5)
+   5 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, bias gradients
+   6 Attention                 flash attention forward and backward (mma.sync, wgmma), KV-cache decode
    7 Fused classifier          softmax, cross-entropy and the logits' gradient
    8 Sampling                  the next token on the device
    9 AdamW                     the update, the gradient norm and the update's guards
   10 Data parallel             the ordered sums of ZeRO-1's moves (llmc/zero.h, llmc/comm.cuh)
   11 Initialisation
-  12 The model                 parameters, activations, forward, backward, update
+  12 The model                 parameters (llmc/model_file.h's table), activations, forward, backward, update
   13 Generation                the prompt, then one position per step from a captured graph
   14 Device setup
-  15 Checkpoints
-  16 Training                  building the model of a run, validation
-  17 Samples and prompts       generation from the command line
-  18 Multiple-choice evaluation, then the run itself (Run, run_init, run_step, ...) and main
+  15 Checkpoints               written and read back; the model a run starts from
+  16 Between steps             validation loss, multiple-choice evaluation, samples
+  17 The training loop         Run, run_init, run_step, run_report, run_periodic, run_finish
+  18 main                      training, --prompt's generation, --eval alone
 */
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
@@ -88,13 +88,13 @@ static void cublas_check(cublasStatus_t status, const char* file, int line) {
 #define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
 
 __host__ __device__ inline unsigned int ceil_div(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
-static const float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * LOG2E)
+constexpr float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * LOG2E)
 
 static int g_num_sms;                 // multiprocessors of the device, for persistent-style grids
 static char g_device_name[256];
 // The matrix products' arithmetic (-f, whose values these are; saved in checkpoints): FP32 accuracy
 // from split TF32 products on the tensor cores, TF32, or cuBLAS's plain FP32 (no tensor cores).
-typedef enum { MATMUL_SPLIT_TF32 = 0, MATMUL_TF32 = 1, MATMUL_FP32 = 2 } MatmulPrecision;
+enum MatmulPrecision { MATMUL_SPLIT_TF32 = 0, MATMUL_TF32 = 1, MATMUL_FP32 = 2 };
 static MatmulPrecision g_precision = MATMUL_TF32;
 
 static const char* precision_name(int precision) {
@@ -106,13 +106,14 @@ static void* g_cublaslt_workspace;
 // stream's chain of input gradients; it has its own cuBLASLt workspace.
 static cudaStream_t g_side_stream;
 static void* g_side_workspace;
-static const size_t CUBLASLT_WORKSPACE_SIZE = 32 * 1024 * 1024;
+constexpr size_t CUBLASLT_WORKSPACE_SIZE = 32 * 1024 * 1024;
 
-static size_t g_device_bytes;  // allocated through device_malloc
+static size_t g_device_bytes;                        // allocated through device_malloc, not yet freed
+static std::map<void*, size_t> g_device_allocations;  // their sizes, for device_free
 
 // cudaMalloc that names what it was for when the GPU is out of memory.
 static void* device_malloc(size_t bytes, const char* what) {
-    void* ptr = NULL;
+    void* ptr = nullptr;
     cudaError_t err = cudaMalloc(&ptr, bytes);
     if (err != cudaSuccess) {
         size_t free_bytes = 0, total_bytes = 0;
@@ -122,13 +123,18 @@ static void* device_malloc(size_t bytes, const char* what) {
              what, bytes / 1073741824.0, free_bytes / 1073741824.0, total_bytes / 1073741824.0);
     }
     g_device_bytes += bytes;
+    g_device_allocations[ptr] = bytes;
     return ptr;
 }
 
-// Frees what device_malloc allocated for bytes.
-static void device_free(void* ptr, size_t bytes) {
+// Frees what device_malloc allocated (nullptr: nothing).
+static void device_free(void* ptr) {
+    if (ptr == nullptr) { return; }
+    auto allocation = g_device_allocations.find(ptr);
+    if (allocation == g_device_allocations.end()) { fail("device_free: %p was not allocated by device_malloc", ptr); }
     cudaCheck(cudaFree(ptr));
-    g_device_bytes -= bytes;
+    g_device_bytes -= allocation->second;
+    g_device_allocations.erase(allocation);
 }
 
 // Programmatic dependent launch (Hopper): a kernel queued with launch_pdl may start while the
@@ -154,7 +160,7 @@ static bool runs_sm90a_code() {
     cudaCheck(cudaGetLastError());
     int value = 0;
     cudaCheck(cudaMemcpy(&value, built, sizeof(int), cudaMemcpyDeviceToHost));
-    device_free(built, sizeof(int));
+    device_free(built);
     return value == 1;
 }
 
@@ -192,13 +198,13 @@ static void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, Args...
 // is seen (one-time host work, such as the matrix products' plans and kernel attributes, happens
 // outside any capture), captures it the second time and replays it from then on. The key holds
 // everything the launches depend on besides buffers that stay put.
-typedef std::array<int64_t, 6> GraphKey;
+using GraphKey = std::array<int64_t, 6>;
 
 // A memset node of a graph leaves the GPU idle for about 9 us (H100: 5 us from the kernel before
 // it, 4 us to the kernel after it; dev/profile's tracer), a kernel node for well under one. cuBLASLt
 // queues a 4-byte memset of its workspace before each product whose algorithm keeps a counter
 // there (25 per d12 step at B=4), so a captured graph's small memsets become kernel nodes.
-static const size_t SMALL_MEMSET_BYTES = 65536;
+constexpr size_t SMALL_MEMSET_BYTES = 65536;
 
 __global__ void memset_node_kernel(cudaMemsetParams p) {
     size_t count = p.width * p.height;
@@ -214,15 +220,15 @@ __global__ void memset_node_kernel(cudaMemsetParams p) {
 static std::vector<cudaGraphNode_t> graph_neighbours(cudaGraphNode_t node, bool incoming) {
     size_t count = 0;
     auto get = incoming ? cudaGraphNodeGetDependencies : cudaGraphNodeGetDependentNodes;
-    cudaCheck(get(node, NULL, NULL, &count));
+    cudaCheck(get(node, nullptr, nullptr, &count));
     std::vector<cudaGraphNode_t> nodes(count);
-    if (count > 0) { cudaCheck(get(node, nodes.data(), NULL, &count)); }
+    if (count > 0) { cudaCheck(get(node, nodes.data(), nullptr, &count)); }
     return nodes;
 }
 
 static void small_memsets_to_kernels(cudaGraph_t graph) {
     size_t count = 0;
-    cudaCheck(cudaGraphGetNodes(graph, NULL, &count));
+    cudaCheck(cudaGraphGetNodes(graph, nullptr, &count));
     std::vector<cudaGraphNode_t> nodes(count);
     cudaCheck(cudaGraphGetNodes(graph, nodes.data(), &count));
     for (cudaGraphNode_t node : nodes) {
@@ -242,7 +248,7 @@ static void small_memsets_to_kernels(cudaGraph_t graph) {
         kernel.kernelParams = args;
         cudaGraphNode_t replacement;
         cudaCheck(cudaGraphAddKernelNode(&replacement, graph, before.data(), before.size(), &kernel));
-        for (cudaGraphNode_t next : after) { cudaCheck(cudaGraphAddDependencies(graph, &replacement, &next, NULL, 1)); }
+        for (cudaGraphNode_t next : after) { cudaCheck(cudaGraphAddDependencies(graph, &replacement, &next, nullptr, 1)); }
         cudaCheck(cudaGraphDestroyNode(node));
     }
 }
@@ -279,23 +285,23 @@ static cudaGraphExec_t graph_capture(const Launches& launches) {
 }
 
 struct GraphCache {
-    std::map<GraphKey, cudaGraphExec_t> graphs;  // NULL: seen once, run eagerly
+    std::map<GraphKey, cudaGraphExec_t> graphs;  // nullptr: seen once, run eagerly
 
     template <typename Launches>
     void run(const GraphKey& key, const Launches& launches) {
         auto found = graphs.find(key);
         if (found == graphs.end()) {
             launches();
-            graphs[key] = NULL;
+            graphs[key] = nullptr;
             return;
         }
-        if (found->second == NULL) { found->second = graph_capture(launches); }
+        if (found->second == nullptr) { found->second = graph_capture(launches); }
         cudaCheck(cudaGraphLaunch(found->second, cudaStreamPerThread));
     }
 
     void clear() {
         for (auto& entry : graphs) {
-            if (entry.second != NULL) { cudaCheck(cudaGraphExecDestroy(entry.second)); }
+            if (entry.second != nullptr) { cudaCheck(cudaGraphExecDestroy(entry.second)); }
         }
         graphs.clear();
     }
@@ -387,6 +393,12 @@ static void sum_arrays(float* dst, const float* first, const float* rest, size_t
     cudaCheck(cudaGetLastError());
 }
 
+// dst += src (n a multiple of 4), as one GPU adds a micro-step's gradients to those accumulated
+// before it (and the backward pass adds the residual stream when it recomputes residual2).
+static void add_inplace(float* dst, const float* src, size_t n, cudaStream_t stream) {
+    sum_arrays(dst, dst, src, 0, 1, n, stream);
+}
+
 // ----------------------------------------------------------------------------------------------
 // Encoder: out = wte[token] + wpe[position]
 
@@ -398,7 +410,7 @@ __global__ void encoder_forward_kernel(float4* out, const int* tokens, const flo
     if (idx >= (size_t)B * T * C4) { return; }
     size_t bt = idx / C4;
     int c4 = (int)(idx % C4);
-    int t = (int)(bt % T) + (first_position != NULL ? *first_position : 0);
+    int t = (int)(bt % T) + (first_position != nullptr ? *first_position : 0);
     out[idx] = wte[(size_t)tokens[bt] * C4 + c4] + wpe[(size_t)t * C4 + c4];
 }
 
@@ -427,12 +439,12 @@ __global__ void wpe_backward_kernel(float4* dwpe, const float4* dout, int B, int
 // a token's positions, in increasing order, fill one bucket, or several consecutive buckets of
 // WTE_BUCKET_POSITIONS (the last one shorter) when the token is frequent. Such a token's buckets
 // form a group; groups are numbered in token order.
-static const int WTE_BUCKET_POSITIONS = 8;
+constexpr int WTE_BUCKET_POSITIONS = 8;
 
 // At most this many groups over n positions: a group's token has more positions than a bucket.
 static size_t max_bucket_groups(size_t n) { return n / WTE_BUCKET_POSITIONS; }
 
-typedef struct {
+struct TokenBuckets {
     int num_buckets, num_groups;
     std::vector<int> tokens;     // [num_buckets] token id of each bucket
     std::vector<int> starts;     // [num_buckets + 1] bucket i holds positions[starts[i] .. starts[i+1])
@@ -440,7 +452,7 @@ typedef struct {
     std::vector<int> groups;     // [num_buckets] the bucket's group, -1 for a token's only bucket
     std::vector<int> group_bounds;  // [2 num_groups] group g holds buckets [bounds[2g], bounds[2g+1])
     std::vector<int> counts;     // [V] scratch: each token's count, then its next slot in positions
-} TokenBuckets;
+};
 
 static void token_buckets_build(TokenBuckets* tb, const int* tokens, int n, int vocab_size, int bucket_positions) {
     tb->counts.assign(vocab_size, 0);
@@ -539,11 +551,11 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
         x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (c4 < C4) {
             x[k] = ((const float4*)inp)[offset + c4];
-            if (inp2 != NULL) { x[k] = x[k] + ((const float4*)inp2)[offset + c4]; }
+            if (inp2 != nullptr) { x[k] = x[k] + ((const float4*)inp2)[offset + c4]; }
         }
         sum += sum4(x[k]);
     }
-    for (int k = 0; k < CHUNKS && inp2 != NULL; k++) {
+    for (int k = 0; k < CHUNKS && inp2 != nullptr; k++) {
         if (lane + 32 * k < C4) { ((float4*)residual_out)[offset + lane + 32 * k] = x[k]; }
     }
     float m = cg::reduce(warp, sum, cg::plus<float>()) / C;
@@ -560,7 +572,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
             ((float4*)out)[offset + c4] = xhat * ((const float4*)weight)[c4] + ((const float4*)bias)[c4];
         }
     }
-    if (lane == 0 && mean != NULL) {
+    if (lane == 0 && mean != nullptr) {
         mean[row] = m;
         rstd[row] = r;
     }
@@ -580,7 +592,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
     } while (0)
 
 // out = layernorm(inp [+ inp2]); with inp2, residual_out = inp + inp2 as well; mean and rstd (per row)
-// unless NULL.
+// unless nullptr.
 static void layernorm_forward(float* out, float* mean, float* rstd, float* residual_out, const float* inp,
                               const float* inp2, const float* weight, const float* bias, int N, int C) {
     const int block_size = 256;
@@ -598,9 +610,9 @@ static void layernorm_forward(float* out, float* mean, float* rstd, float* resid
 // dinp loaded before the first use; each row's two sums over C go through shared memory. Every
 // block writes its dweight and dbias shares to partials[block][2C]; a second kernel adds the
 // partials in block order, a block per group of columns. Deterministic for a fixed grid.
-static const int LAYERNORM_BACKWARD_ROWS = 4;
-static const int LAYERNORM_BACKWARD_MAX_BLOCKS_PER_SM = 8;
-static const int FINAL_SUM_COLUMNS = 8;  // float4 columns per group of the final sum
+constexpr int LAYERNORM_BACKWARD_ROWS = 4;
+constexpr int LAYERNORM_BACKWARD_MAX_BLOCKS_PER_SM = 8;
+constexpr int FINAL_SUM_COLUMNS = 8;  // float4 columns per group of the final sum
 
 __host__ __device__ inline int final_sum_groups(int C) { return ceil_div(2 * C / 4, FINAL_SUM_COLUMNS); }
 
@@ -718,17 +730,47 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, float*
 }
 
 // ----------------------------------------------------------------------------------------------
+// GELU (tanh form)
+
+// The GELU and its derivative.
+constexpr float GELU_SCALING_FACTOR = 0.7978845608028654f;  // sqrt(2 / pi)
+
+__device__ inline float gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x)));
+}
+
+__device__ inline float gelu_grad(float x) {
+    float th = tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// The GELU's backward is fused into the fc layer's bias gradient (bias_backward with gelu_inp).
+
+__global__ void gelu_forward_kernel(float4* out, const float4* inp, size_t n4) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) { return; }
+    float4 x = inp[i];
+    out[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+}
+
+static void gelu_forward(float* out, const float* inp, size_t n) {
+    gelu_forward_kernel<<<ceil_div(n / 4, 256), 256>>>((float4*)out, (const float4*)inp, n / 4);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------------------------
 // Matrix products through cuBLASLt, in cuBLAS's column-major terms:
 //   out (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * out  [+ bias[m] broadcast over n]
 // A row-major (R x K) matrix is a column-major (K x R) one, so the row-major linear layer
 // out (BT x OC) = inp (BT x C) @ W^T is out^T = W^T-as-stored(op T) * inp^T-as-stored(op N), m = OC.
 // Plans (layouts, the heuristic's algorithm) are made once per shape and cached.
 
-typedef struct {
+struct MatmulPlan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a_layout, b_layout, out_layout;
     cublasLtMatmulAlgo_t algo;
-} MatmulPlan;
+};
 
 static std::map<std::array<int64_t, 14>, MatmulPlan> g_matmul_plans;
 
@@ -755,13 +797,13 @@ static uint32_t common_alignment(std::initializer_list<uint64_t> byte_values) {
 
 // One product's shape: out (m x n) = op(A) (m x k) op(B) (k x n), A and B with leading dimensions
 // lda and ldb, batch products stride_* floats apart; tf32: on the tensor cores.
-typedef struct {
+struct MatmulShape {
     int m, n, k;
     bool trans_a, trans_b;
     int lda, ldb, batch;
     size_t stride_a, stride_b, stride_out;
     bool tf32;
-} MatmulShape;
+};
 
 static MatmulPlan* matmul_plan(const MatmulShape& s, bool has_bias, uint32_t alignment) {
     std::array<int64_t, 14> key = {s.m, s.n, s.k, s.trans_a, s.trans_b, s.lda, s.ldb, has_bias, s.batch,
@@ -810,8 +852,8 @@ static void matmul_call(float* out, const float* a, const float* b, const float*
     uint32_t alignment = common_alignment({(uint64_t)out, (uint64_t)a, (uint64_t)b, (uint64_t)bias, 4ull * s.m,
                                            4ull * s.lda, 4ull * s.ldb, 4 * s.stride_a, 4 * s.stride_b,
                                            4 * s.stride_out});
-    MatmulPlan* plan = matmul_plan(s, bias != NULL, alignment);
-    if (bias != NULL) {
+    MatmulPlan* plan = matmul_plan(s, bias != nullptr, alignment);
+    if (bias != nullptr) {
         cublasCheck(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     // Stream 0 is this thread's default stream (nvcc --default-stream per-thread), which cuBLAS, built
@@ -858,7 +900,7 @@ static void split_scratch_reserve(size_t main_floats, size_t side_floats) {
     size_t wanted[2] = {main_floats, side_floats};
     for (int i = 0; i < 2; i++) {
         if (wanted[i] <= g_split_scratch_floats[i]) { continue; }
-        if (g_split_scratch[i] != NULL) { device_free(g_split_scratch[i], g_split_scratch_floats[i] * sizeof(float)); }
+        if (g_split_scratch[i] != nullptr) { device_free(g_split_scratch[i]); }
         g_split_scratch[i] = (float*)device_malloc(wanted[i] * sizeof(float), "split TF32 operands");
         g_split_scratch_floats[i] = wanted[i];
     }
@@ -866,12 +908,12 @@ static void split_scratch_reserve(size_t main_floats, size_t side_floats) {
 
 // An operand of a split product, its summed dimension doubled: the two parts side by side, in
 // rows of 2 x summed values when the summed dimension is the contiguous one, else stacked.
-typedef struct {
+struct SplitOperand {
     float* data;
     int ld;
     size_t stride;     // between batch matrices
     size_t hi_offset;  // where the hi part starts, as an operand of summed dimension k and leading dimension ld
-} SplitOperand;
+};
 
 // x: batch matrices stride floats apart, each (other, summed) if summed_contiguous, else (summed,
 // other); hi_first: [hi | lo], else [lo | hi].
@@ -919,7 +961,7 @@ static void matmul_split(float* out, const float* a, const float* b, const float
     s.tf32 = true;
     MatmulShape cross = s;
     cross.k = 2 * s.k;
-    matmul_call(out, sa.data, sb.data, NULL, cross, alpha, beta, stream);
+    matmul_call(out, sa.data, sb.data, nullptr, cross, alpha, beta, stream);
     // equal chunks, a multiple of 32 values (128-byte aligned operands); a chunk's first summed
     // value sits 1 apart along a contiguous summed dimension, else ld apart
     int chunks = g_split_chunk > 0 ? (int)ceil_div(s.k, g_split_chunk) : 1;
@@ -929,7 +971,7 @@ static void matmul_split(float* out, const float* a, const float* b, const float
         MatmulShape part = s;
         part.k = std::min(chunk, s.k - k0);
         matmul_call(out, sa.data + sa.hi_offset + k0 * a_step, sb.data + sb.hi_offset + k0 * b_step,
-                    k0 + part.k == s.k ? bias : NULL, part, alpha, 1.0f, stream);
+                    k0 + part.k == s.k ? bias : nullptr, part, alpha, 1.0f, stream);
     }
 }
 
@@ -951,19 +993,6 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
     matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
 }
 
-// GELU, tanh form, and its derivative.
-#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
-
-__device__ inline float gelu(float x) {
-    return 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x)));
-}
-
-__device__ inline float gelu_grad(float x) {
-    float th = tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x));
-    float sech2 = 1.0f - th * th;
-    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
 // A generation step's linear layers have N <= FEW_ROWS_MAX rows (one per completion): their time
 // is that of reading the weight once, which cuBLAS's tiles (128 output columns or more per block)
 // spread over too few multiprocessors, and the kernels around them (layernorm, GELU, the residual
@@ -974,19 +1003,19 @@ __device__ inline float gelu_grad(float x) {
 // float4 columns t, t + 128, ... (every load of the block in flight at once, many blocks); each
 // dot product is summed in a fixed tree (the warp's, then the warps' in order). Launched dependent
 // (launch_pdl): the block's weight rows are prefetched into L2 while the previous kernel finishes.
-static const int FEW_ROWS_MAX = 4;  // a thread holds N x FEW_ROWS_COLUMNS sums: more rows go through cuBLAS
-static const int FEW_ROWS_COLUMNS = 4;
-static const int FEW_ROWS_THREADS = 128;  // FEW_ROWS_MAX warps: one per row for the layernorm statistics
-static const int FEW_ROWS_WARPS = FEW_ROWS_THREADS / 32;
+constexpr int FEW_ROWS_MAX = 4;  // a thread holds N x FEW_ROWS_COLUMNS sums: more rows go through cuBLAS
+constexpr int FEW_ROWS_COLUMNS = 4;
+constexpr int FEW_ROWS_THREADS = 128;  // FEW_ROWS_MAX warps: one per row for the layernorm statistics
+constexpr int FEW_ROWS_WARPS = FEW_ROWS_THREADS / 32;
 static_assert(FEW_ROWS_WARPS >= FEW_ROWS_MAX && FEW_ROWS_MAX * FEW_ROWS_COLUMNS <= FEW_ROWS_THREADS,
               "a warp per row's statistics, a thread per output of the block");
 
-typedef struct {
-    const float* ln_weight;  // non-NULL: the input rows are layer-normalised (weight, ln_bias) first
+struct LinearOps {
+    const float* ln_weight;  // non-nullptr: the input rows are layer-normalised (weight, ln_bias) first
     const float* ln_bias;
     bool gelu;               // out = gelu(product + bias)
     bool accumulate;         // out += product + bias (in place)
-} LinearOps;
+};
 
 template <int ROWS>
 __global__ void __launch_bounds__(FEW_ROWS_THREADS)
@@ -1003,10 +1032,10 @@ __global__ void __launch_bounds__(FEW_ROWS_THREADS)
     int i = tid / FEW_ROWS_COLUMNS, j = tid % FEW_ROWS_COLUMNS;
     bool writes = i < N && j < columns;
     float* target = out + (size_t)i * OC + o0 + j;
-    float bias_value = writes && bias != NULL ? bias[o0 + j] : 0.0f;
+    float bias_value = writes && bias != nullptr ? bias[o0 + j] : 0.0f;
     pdl_wait();
     float previous = writes && ops.accumulate ? *target : 0.0f;
-    bool normalise = ops.ln_weight != NULL;
+    bool normalise = ops.ln_weight != nullptr;
     if (normalise && w < N) {  // two passes over the row, as layernorm_forward_kernel
         float sum = 0.0f, sum_sq = 0.0f;
         for (int c4 = lane; c4 < C4; c4 += 32) { sum += sum4(inp[(size_t)w * C4 + c4]); }
@@ -1085,7 +1114,7 @@ __device__ inline void store_tile_transposed(float* out, size_t ld, const float 
 
 // Rows that a block of 32 x 8 threads transposes at once (bias_backward_kernel, transpose_kernel),
 // as TRANSPOSE_ROWS / 32 tiles of 32 x 32: each thread has TRANSPOSE_ROWS / 8 loads in flight.
-static const int TRANSPOSE_ROWS = 64;
+constexpr int TRANSPOSE_ROWS = 64;
 
 // Thread (tx, ty)'s elements of the step's rows from step_row: rows ty, ty + 8, ... (zero outside
 // the chunk).
@@ -1096,7 +1125,7 @@ __device__ inline void bias_backward_load(float* d, float* x, const float* dout,
         int row = step_row + threadIdx.y + 8 * k;
         bool inside = row < row_end && col < OC;
         d[k] = inside ? dout[(size_t)row * OC + col] : 0.0f;
-        if (gelu_inp != NULL) { x[k] = inside ? gelu_inp[(size_t)row * OC + col] : 0.0f; }
+        if (gelu_inp != nullptr) { x[k] = inside ? gelu_inp[(size_t)row * OC + col] : 0.0f; }
     }
 }
 
@@ -1123,7 +1152,7 @@ __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t,
     for (int step_row = row_begin; step_row < row_end; step_row += ROWS) {
 #pragma unroll
         for (int k = 0; k < PER_THREAD; k++) {
-            if (gelu_inp != NULL) {
+            if (gelu_inp != nullptr) {
                 d[k] *= gelu_grad(x[k]);
                 tiles[1][ty + 8 * k][tx] = gelu(x[k]);
             }
@@ -1138,7 +1167,7 @@ __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t,
         for (int t = 0; t < ROWS / 32; t++) {
             int tile_row = step_row + 32 * t;
             store_tile_transposed(dout_t, N, tiles[0] + 32 * t, blockIdx.x * 32, tile_row, OC, row_end);
-            if (gelu_inp != NULL) {
+            if (gelu_inp != nullptr) {
                 store_tile_transposed(gelu_t, N, tiles[1] + 32 * t, blockIdx.x * 32, tile_row, OC, row_end);
             }
         }
@@ -1159,8 +1188,8 @@ __global__ void bias_backward_kernel(float* dbias, float* dout_t, float* gelu_t,
     }
 }
 
-static const int BIAS_BACKWARD_MAX_CHUNKS = 64;
-static const int MAX_REDUCTION_COUNTERS = 4096;
+constexpr int BIAS_BACKWARD_MAX_CHUNKS = 64;
+constexpr int MAX_REDUCTION_COUNTERS = 4096;
 
 // partials (BIAS_BACKWARD_MAX_CHUNKS x OC) and counters belong to the stream.
 static void bias_backward(float* dbias, float* dout_t, float* gelu_t, float* partials, unsigned int* counters,
@@ -1184,12 +1213,12 @@ static void bias_backward(float* dbias, float* dout_t, float* gelu_t, float* par
 // the layer's shape.
 static void matmul_backward_input(float* dinp, const float* dout, bool dout_transposed, const float* weight_t, int N,
                                   int C, int OC) {
-    matmul(dinp, weight_t, dout, NULL, C, N, OC, true, dout_transposed, 1.0f, 0.0f);
+    matmul(dinp, weight_t, dout, nullptr, C, N, OC, true, dout_transposed, 1.0f, 0.0f);
 }
 
 static void matmul_backward_weight(float* dweight, const float* dout_t, const float* inp, bool inp_transposed, int N,
                                    int C, int OC, cudaStream_t stream = 0) {
-    matmul(dweight, inp, dout_t, NULL, C, OC, N, inp_transposed, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
+    matmul(dweight, inp, dout_t, nullptr, C, OC, N, inp_transposed, false, 1.0f, 0.0f, 1, 0, 0, 0, stream);
 }
 
 // out[m] = in[m]^T for count row-major (rows, cols) matrices stored one after another: a block of
@@ -1211,7 +1240,7 @@ __global__ void transpose_kernel(float* out, const float* in, int rows, int cols
     }
 #pragma unroll
     for (int j = 0; j < PER_THREAD; j++) {
-        if (ln_mean != NULL && col < cols && row + 8 * j < rows) {
+        if (ln_mean != nullptr && col < cols && row + 8 * j < rows) {
             x[j] = (x[j] - ln_mean[row + 8 * j]) * ln_rstd[row + 8 * j] * ln_weight[col] + ln_bias[col];
         }
         tile[threadIdx.y + 8 * j][threadIdx.x] = x[j];
@@ -1225,7 +1254,7 @@ __global__ void transpose_kernel(float* out, const float* in, int rows, int cols
 
 static void transpose_matrices(float* out, const float* in, int rows, int cols, int count, cudaStream_t stream = 0) {
     dim3 grid(ceil_div(cols, 32), ceil_div(rows, TRANSPOSE_ROWS), count);
-    transpose_kernel<<<grid, dim3(32, 8), 0, stream>>>(out, in, rows, cols, NULL, NULL, NULL, NULL);
+    transpose_kernel<<<grid, dim3(32, 8), 0, stream>>>(out, in, rows, cols, nullptr, nullptr, nullptr, nullptr);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1277,14 +1306,10 @@ static void layernorm_transposed(float* out_t, const float* inp, const float* me
 // fp32 (the tensor cores read their top 19 bits). FP32-accurate mode splits both operands x = hi + lo,
 // hi = tf32(x), and adds lo*hi + hi*lo + hi*hi (three mma's).
 
-typedef enum { ATTENTION_SOFTMAX = 0, ATTENTION_RELU = 1 } AttentionKind;
-
-static const char* attention_name(AttentionKind kind) { return kind == ATTENTION_RELU ? "relu" : "softmax"; }
-
-static const int FLASH_WARPS = 4;
-static const int FLASH_THREADS = 32 * FLASH_WARPS;
-static const int FLASH_ROWS = 16 * FLASH_WARPS;  // queries (forward, dQ) or keys (dK/dV) per CTA
-static const int FLASH_DQ_KEYS = 32;             // keys per tile of the dQ kernel
+constexpr int FLASH_WARPS = 4;
+constexpr int FLASH_THREADS = 32 * FLASH_WARPS;
+constexpr int FLASH_ROWS = 16 * FLASH_WARPS;  // queries (forward, dQ) or keys (dK/dV) per CTA
+constexpr int FLASH_DQ_KEYS = 32;             // keys per tile of the dQ kernel
 
 // Keys per tile of the forward kernel, queries per tile of the dK/dV kernel, and the CTAs per
 // multiprocessor the register allocation must allow: chosen on an H200 for hs = 64, smaller for
@@ -1366,10 +1391,10 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
 }
 
 // The per-thread parts of fragment offsets; the rest of each offset is a compile-time constant.
-typedef struct {
+struct FragmentOffsets {
     int scores[2];   // float4 at (8n + g, 16j + 4q): scores[j % 2] + 8n*HS + 32(j / 2)
     int sums[2][2];  // float2 at (8ks + 2q + r, 16mt + 2g): sums[r][mt % 2] + 8ks*HS + 32(mt / 2)
-} FragmentOffsets;
+};
 
 template <int HS>
 __device__ FragmentOffsets fragment_offsets(int g, int q) {
@@ -1582,7 +1607,7 @@ __device__ void drain_columns(float* dst_t, size_t tokens, const float* stage, i
 // row_scale; a warp's at warp_row + transposed_row) go to stage[d][row], then to dst_t and
 // column_sums (drain_columns). stage: HS x FLASH_STAGE_STRIDE floats, free once the CTA is past its
 // last tile.
-static const int FLASH_STAGE_STRIDE = FLASH_ROWS + 4;  // float4-aligned, and fewer bank conflicts
+constexpr int FLASH_STAGE_STRIDE = FLASH_ROWS + 4;  // float4-aligned, and fewer bank conflicts
 
 template <int HS>
 __device__ void store_columns(float* dst_t, size_t tokens, const float acc[HS / 16][2][4], const float row_scale[4],
@@ -1747,11 +1772,11 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
 // the order in which V^T's columns are stored (value_position). The kernel body exists only in
 // the sm_90a build (g_wgmma says whether the GPU runs it).
 
-static const int WG_QUERIES = 64;  // per warpgroup: wgmma's M
-static const int WG_GROUPS = 2;
-static const int WG_THREADS = 128 * WG_GROUPS;
-static const int WG_CTA_QUERIES = WG_QUERIES * WG_GROUPS;
-static const int WG_KEYS = 64;  // keys per tile: S's N, O's K
+constexpr int WG_QUERIES = 64;  // per warpgroup: wgmma's M
+constexpr int WG_GROUPS = 2;
+constexpr int WG_THREADS = 128 * WG_GROUPS;
+constexpr int WG_CTA_QUERIES = WG_QUERIES * WG_GROUPS;
+constexpr int WG_KEYS = 64;  // keys per tile: S's N, O's K
 
 // Float offset of (row, col) in a panelled tile of `rows` rows.
 __device__ __forceinline__ int panel_offset(int row, int col, int rows) {
@@ -2347,7 +2372,7 @@ struct FlashBackward {
 // out (B, T, C) and, for softmax, lse (B, NH, T) from qkv (B, T, 3C).
 static void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int hs,
                                     AttentionKind kind, bool fp32_accurate) {
-    FlashForward launch = {out, lse, qkv, B, T, NH};
+    FlashForward launch = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .NH = NH};
     flash_dispatch(launch, hs, kind, fp32_accurate, "flash_attention_forward");
 }
 
@@ -2358,7 +2383,8 @@ static void flash_attention_forward(float* out, float* lse, const float* qkv, in
 static void flash_attention_backward(float* dqkv_t, float* dbias, float* partials, float* delta, const float* dout,
                                      const float* qkv, const float* out, const float* lse, int B, int T, int NH,
                                      int hs, AttentionKind kind, bool fp32_accurate) {
-    FlashBackward launch = {dqkv_t, partials, delta, dout, qkv, out, lse, B, T, NH};
+    FlashBackward launch = {.dqkv_t = dqkv_t, .bias_partials = partials, .delta = delta, .dout = dout, .qkv = qkv,
+                            .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
     flash_dispatch(launch, hs, kind, fp32_accurate, "flash_attention_backward");
     column_sums(dbias, partials, B * ceil_div(T, FLASH_ROWS), 3 * NH * hs);
 }
@@ -2375,8 +2401,8 @@ static void flash_attention_backward(float* dqkv_t, float* dbias, float* partial
 // so the result does not depend on which block finishes when. The grid covers maxT; blocks past
 // pos return at once, so one captured launch serves every position.
 
-static const int DECODE_CHUNK = 32;     // positions per block: many blocks, so that many keys load at once
-static const int DECODE_THREADS = 128;  // hs divides it: 128 / hs groups of positions for the values
+constexpr int DECODE_CHUNK = 32;     // positions per block: many blocks, so that many keys load at once
+constexpr int DECODE_THREADS = 128;  // hs divides it: 128 / hs groups of positions for the values
 
 template <int HS>  // the head size, 32, 64 or 128: the loops over it unroll, every load in flight at once
 __global__ void __launch_bounds__(DECODE_THREADS) attention_decode_kernel(
@@ -2512,29 +2538,12 @@ static void kv_cache_fill(float* kv, const float* qkv, int L, int M, int T, int 
 }
 
 // ----------------------------------------------------------------------------------------------
-// GELU (tanh form)
-
-// The GELU's backward is fused into the fc layer's bias gradient (bias_backward with gelu_inp).
-
-__global__ void gelu_forward_kernel(float4* out, const float4* inp, size_t n4) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n4) { return; }
-    float4 x = inp[i];
-    out[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
-}
-
-static void gelu_forward(float* out, const float* inp, size_t n) {
-    gelu_forward_kernel<<<ceil_div(n / 4, 256), 256>>>((float4*)out, (const float4*)inp, n / 4);
-    cudaCheck(cudaGetLastError());
-}
-
-// ----------------------------------------------------------------------------------------------
 // Fused classifier: softmax, cross-entropy and the logit gradient over the logits, read twice
 
-typedef struct {
+struct SoftmaxStats {
     float max;  // running maximum
     float sum;  // sum of exp(x - max)
-} SoftmaxStats;
+};
 
 __device__ SoftmaxStats softmax_stats_combine(SoftmaxStats a, SoftmaxStats b) {
     float m = fmaxf(a.max, b.max);
@@ -2548,10 +2557,10 @@ __device__ SoftmaxStats softmax_stats_combine(SoftmaxStats a, SoftmaxStats b) {
 // row (and the target's logit, read by the slice holding it); the second combines a row's slices
 // in order, writes the loss and, in place, dlogits = (softmax - onehot(target)) * dloss, 0 in
 // the padded entries. scratch: (CLASSIFIER_MAX_SLICES * 2 + 1) * R floats.
-static const int CLASSIFIER_BLOCK = 256;
-static const int CLASSIFIER_MAX_SLICES = 16;
-static const int CLASSIFIER_ROWS_PER_LANE = 4;
-static const int CLASSIFIER_ROWS = 32 * CLASSIFIER_ROWS_PER_LANE;  // rows per block
+constexpr int CLASSIFIER_BLOCK = 256;
+constexpr int CLASSIFIER_MAX_SLICES = 16;
+constexpr int CLASSIFIER_ROWS_PER_LANE = 4;
+constexpr int CLASSIFIER_ROWS = 32 * CLASSIFIER_ROWS_PER_LANE;  // rows per block
 
 __device__ inline int classifier_slice_size(int Vp) { return ceil_div(Vp, gridDim.y); }
 
@@ -2693,15 +2702,14 @@ __global__ void accumulate_loss_kernel(float* loss_sum, const float* losses, int
 // threshold are kept); the token is drawn from the kept softmax(x) by inverse CDF in token order,
 // with a uniform keyed on (seed, completion, position). Temperature 0: the first largest logit.
 
-typedef struct {
+struct SamplingParams {
     float temperature;  // 0: greedy
     int top_k;          // 0 or >= V: off
     float top_p;        // 1: off
-    int unused;
     uint64_t seed;
-} SamplingParams;
+};
 
-static const int SAMPLE_THREADS = 1024;
+constexpr int SAMPLE_THREADS = 1024;
 
 // Order-preserving map of a float's bits to an unsigned integer.
 __device__ inline unsigned int float_order(float x) {
@@ -2809,19 +2817,28 @@ __global__ void advance_position_kernel(int* position) { *position += 1; }
 // AdamW over all parameters in one launch, as torch.optim.AdamW: p *= 1 - lr*wd (only for the
 // tensors in decay_mask), then p -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps).
 
-#define NUM_PARAMETER_TENSORS 16
-
-typedef struct {
+struct TensorTable {
     size_t end[NUM_PARAMETER_TENSORS];  // end offset of each tensor in the flat parameter array
     unsigned int decay_mask;            // bit i: weight decay applies to tensor i
-} TensorTable;
+};
+
+// AdamW's table of tensors of these sizes (PARAMETER_TENSORS' order and weight decay).
+static TensorTable tensor_table(const size_t sizes[NUM_PARAMETER_TENSORS]) {
+    TensorTable table = {};
+    size_t end = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        table.end[i] = end += sizes[i];
+        table.decay_mask |= (unsigned int)PARAMETER_TENSORS[i].decayed << i;
+    }
+    return table;
+}
 
 // A step's numbers, kept on the device so that no step waits for the host: the update reads
 // its clipping factor, Adam's step count and whether to skip from here (grad_norm_finish_kernel
 // decides), and the host reads them back a step later (gpt2_queue_stats).
-typedef enum { SKIP_NONE = 0, SKIP_NONFINITE = 1, SKIP_SPIKE = 2 } SkipReason;
+enum SkipReason { SKIP_NONE = 0, SKIP_NONFINITE = 1, SKIP_SPIKE = 2 };
 
-typedef struct {
+struct StepStats {
     float loss;        // the step's mean loss (all micro-steps, summed over the ranks)
     float grad_norm;   // global gradient norm, before clipping
     float grad_scale;  // clipping factor applied to the gradients
@@ -2832,10 +2849,10 @@ typedef struct {
     int32_t stop_requested;  // some rank had a stop signal (llmc/signals.h) when the step was queued
     int32_t unused;
     OutlierWindow recent_norms;  // the spike guard's window (llmc/outlier.h)
-} StepStats;
+};
 
 // What the host reads back each step: everything before the window.
-static const size_t STEP_STATS_REPORTED = offsetof(StepStats, recent_norms);
+constexpr size_t STEP_STATS_REPORTED = offsetof(StepStats, recent_norms);
 
 // The gradient is multiplied by stats->grad_scale, the clipping factor from grad_norm_finish_kernel;
 // nothing changes when it skipped the step. Over n4 x 4 parameters from parameter 4*first4 on (a
@@ -2876,7 +2893,7 @@ __global__ void adamw_kernel(float4* params, float4* m_memory, float4* v_memory,
 // finite, or if the norm is a spike (more than spike_z standard deviations above the recent
 // norms' mean); else clipped by min(1, max_norm / (||g|| + 1e-6)) (1 if max_norm <= 0), and Adam's
 // step count advances. The chunks do not depend on the number of ranks, so neither does the norm.
-static const int GRAD_NORM_THREADS = 1024;
+constexpr int GRAD_NORM_THREADS = 1024;
 
 __global__ void grad_norm_partials_kernel(float* partials, const float4* grads, size_t n4, size_t first_chunk) {
     size_t chunk = first_chunk + blockIdx.x;
@@ -2887,11 +2904,11 @@ __global__ void grad_norm_partials_kernel(float* partials, const float4* grads, 
     if (threadIdx.x == 0) { partials[chunk] = sum; }
 }
 
-typedef struct {
+struct UpdateGuard {
     float max_norm;  // clipping, 0 = off
     float spike_z;   // skip a norm this many standard deviations above the recent ones, 0 = off
     float beta1, beta2;
-} UpdateGuard;
+};
 
 __global__ void grad_norm_finish_kernel(StepStats* stats, const float* partials, size_t num_chunks, UpdateGuard guard) {
     float total = 0.0f;
@@ -2932,12 +2949,6 @@ static void grad_norm_finish(StepStats* stats, const float* partials, size_t num
 // owner adds the ranks' contributions in rank order, as one GPU adds micro-step gradients in
 // micro-step order (gpt2_end_micro_step), so N GPUs with one micro-step each are bit-identical to
 // N micro-steps on one.
-
-// dst += src (n a multiple of 4), as one GPU adds a micro-step's gradients to those accumulated
-// before it (and the backward pass adds the residual stream when it recomputes residual2).
-static void add_inplace(float* dst, const float* src, size_t n, cudaStream_t stream) {
-    sum_arrays(dst, dst, src, 0, 1, n, stream);
-}
 
 // dst (n floats, rank `self`'s own contribution) = the world ranks' contributions summed in rank
 // order, starting from rank 0's; rank i's (i != self) is at received + zero_sender_slot(i, self) * stride.
@@ -2992,75 +3003,25 @@ static void init_normal(float* p, size_t n, float mean, float std, uint64_t seed
 // ----------------------------------------------------------------------------------------------
 // The model
 
-typedef struct {
-    int max_seq_len;        // maxT
-    int vocab_size;         // V
-    int padded_vocab_size;  // Vp >= V, a multiple of 128 for aligned matrix products
-    int num_layers;         // L
-    int num_heads;          // NH
-    int channels;           // C
-    AttentionKind attention;
-} GPT2Config;
+// The model's shape (ModelShape) and its parameter tensors (ParameterTensors, PARAMETER_TENSORS:
+// name, shape, weight decay, initialisation) are llmc/model_file.h's, shared with the model file.
 
-[[maybe_unused]] static inline const char* parameter_name(int i) { return MODEL_FILE_TENSOR_NAMES[i]; }
-
-// Weight decay applies to the 2-D tensors: both embeddings and the four weight matrices.
-static const unsigned int DECAYED_TENSORS = (1u << 0) | (1u << 1) | (1u << 4) | (1u << 6) | (1u << 10) | (1u << 12);
-
-typedef struct {
-    float* wte;       // (Vp, C)
-    float* wpe;       // (maxT, C)
-    float* ln1w;      // (L, C)
-    float* ln1b;      // (L, C)
-    float* qkvw;      // (L, 3C, C)
-    float* qkvb;      // (L, 3C)
-    float* attprojw;  // (L, C, C)
-    float* attprojb;  // (L, C)
-    float* ln2w;      // (L, C)
-    float* ln2b;      // (L, C)
-    float* fcw;       // (L, 4C, C)
-    float* fcb;       // (L, 4C)
-    float* fcprojw;   // (L, C, 4C)
-    float* fcprojb;   // (L, C)
-    float* lnfw;      // (C)
-    float* lnfb;      // (C)
-} ParameterTensors;
-
-static void parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* config) {
-    size_t Vp = config->padded_vocab_size, C = config->channels, L = config->num_layers;
-    size_t list[NUM_PARAMETER_TENSORS] = {Vp * C, (size_t)config->max_seq_len * C, L * C, L * C,
-                                          L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-                                          L * C, L * C, L * 4 * C * C, L * 4 * C,
-                                          L * C * 4 * C, L * C, C, C};
-    memcpy(sizes, list, sizeof(list));
-}
-
-static size_t count_parameters(const GPT2Config* config) {
-    size_t sizes[NUM_PARAMETER_TENSORS], total = 0;
-    parameter_sizes(sizes, config);
-    for (size_t size : sizes) { total += size; }
-    return total;
-}
-
+// Points each tensor of the table into one flat array of their sizes.
 static void point_parameters(ParameterTensors* tensors, float* memory, const size_t sizes[NUM_PARAMETER_TENSORS]) {
-    float** ptrs[NUM_PARAMETER_TENSORS] = {
-        &tensors->wte, &tensors->wpe, &tensors->ln1w, &tensors->ln1b, &tensors->qkvw, &tensors->qkvb,
-        &tensors->attprojw, &tensors->attprojb, &tensors->ln2w, &tensors->ln2b, &tensors->fcw, &tensors->fcb,
-        &tensors->fcprojw, &tensors->fcprojb, &tensors->lnfw, &tensors->lnfb};
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        *ptrs[i] = memory;
+        tensors->*PARAMETER_TENSORS[i].field = memory;
         memory += sizes[i];
     }
 }
 
 // One layer's matrix weights transposed, for the input-gradient products (matmul_backward_input):
 // the backward pass transposes each layer's into one of two slots while the layer above runs.
-typedef struct {
+struct LayerWeightsT {
     float* qkvw;      // (C, 3C)
     float* attprojw;  // (C, C)
     float* fcw;       // (C, 4C)
     float* fcprojw;   // (4C, C)
-} LayerWeightsT;
+};
 
 // The classifier works on this many rows of logits at a time (1.6 GB at Vp = 50304); the lab
 // measured the LM head 7% slower in chunks of 4096 rows, 33% in chunks of 2048. Split TF32 takes
@@ -3071,7 +3032,7 @@ static size_t classifier_chunk_rows() { return g_precision == MATMUL_SPLIT_TF32 
 // product it leaves multiprocessors idle (H100, 4096 rows: 0.73 waves of tiles, 0.93 ms), so it runs
 // as lm_head_splits(Vp) products over vocabulary chunks in one batched call (0.71 ms), whose partial
 // sums are then added in chunk order. wte_t holds wte^T by chunks: (splits, C, Vp / splits).
-static const int LM_HEAD_SPLITS = 4;
+constexpr int LM_HEAD_SPLITS = 4;
 
 static int lm_head_splits(int Vp) { return Vp % LM_HEAD_SPLITS == 0 ? LM_HEAD_SPLITS : 1; }
 
@@ -3084,7 +3045,7 @@ static void transpose_wte(float* wte_t, const float* wte, int Vp, int C) {
 // phase of a step. The three phases (the forward's layers, the LM head, the backward pass) run
 // one after another on the main stream, so their scratch tensors share one region
 // (layout_activations). R = min(B*T, classifier_chunk_rows()).
-typedef struct {
+struct ActivationTensors {
     // kept
     float* encoded;    // (B, T, C)
     float* ln1_mean;   // (L, B, T)
@@ -3120,11 +3081,11 @@ typedef struct {
     float* dqkv_t;       // (3C, B*T) (flash_attention_backward)
     float* dfch_t;       // (4C, B*T)
     float* gelu_t;       // (4C, B*T): the GELU's output
-} ActivationTensors;
+};
 
-// Points the activations for batches of B x T into memory (NULL: only measures) and returns the
+// Points the activations for batches of B x T into memory (nullptr: only measures) and returns the
 // floats they take: the kept tensors, then one region as large as the largest phase's scratch.
-static size_t layout_activations(ActivationTensors* acts, float* memory, const GPT2Config* config, int B, int T,
+static size_t layout_activations(ActivationTensors* acts, float* memory, const ModelShape* config, int B, int T,
                                  bool recompute_residual2) {
     enum Phase { KEPT, LAYERS, LM_HEAD, BACKWARD, NUM_PHASES };
     size_t C = config->channels, L = config->num_layers, NH = config->num_heads, BT = (size_t)B * T;
@@ -3148,11 +3109,11 @@ static size_t layout_activations(ActivationTensors* acts, float* memory, const G
     };
     size_t used[NUM_PHASES] = {};  // floats per phase, each tensor 256-byte aligned
     for (auto& t : tensors) {
-        if (memory != NULL) { *t.tensor = memory + used[t.phase]; }
+        if (memory != nullptr) { *t.tensor = memory + used[t.phase]; }
         used[t.phase] += (t.size + 63) / 64 * 64;
     }
     size_t scratch = std::max({used[LAYERS], used[LM_HEAD], used[BACKWARD]});
-    if (memory != NULL) {  // the scratch region follows the kept tensors
+    if (memory != nullptr) {  // the scratch region follows the kept tensors
         for (auto& t : tensors) {
             if (t.phase != KEPT) { *t.tensor += used[KEPT]; }
         }
@@ -3160,8 +3121,8 @@ static size_t layout_activations(ActivationTensors* acts, float* memory, const G
     return used[KEPT] + scratch;
 }
 
-typedef struct {
-    GPT2Config config;
+struct GPT2 {
+    ModelShape config;
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     size_t num_parameters;
     ParameterTensors params, grads;
@@ -3217,7 +3178,7 @@ typedef struct {
     cudaEvent_t stats_copied[2];
     GraphCache graphs;  // the forward and backward passes as CUDA graphs (gpt2_forward, gpt2_backward)
     bool recompute_residual2;  // -r 1: the backward pass recomputes each layer's residual2 (set before allocating)
-} GPT2;
+};
 
 // Layer l's residual2: its own, or the one buffer that the backward pass recomputes it into.
 static float* layer_residual2(const GPT2* model, int l) {
@@ -3225,7 +3186,7 @@ static float* layer_residual2(const GPT2* model, int l) {
     return model->acts.residual2 + (model->recompute_residual2 ? 0 : l * btc);
 }
 
-static void validate_config(const GPT2Config* c, const char* source) {
+static void validate_config(const ModelShape* c, const char* source) {
     if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0) {
         fail("%s: config has a non-positive size (maxT=%d V=%d L=%d NH=%d C=%d)", source, c->max_seq_len,
              c->vocab_size, c->num_layers, c->num_heads, c->channels);
@@ -3243,10 +3204,19 @@ static void validate_config(const GPT2Config* c, const char* source) {
     }
 }
 
-// device_malloc for the buffers that NCCL moves (llmc/comm.cuh's comm_malloc), freed by comm_mem_free.
+// device_malloc for the buffers that NCCL moves (llmc/comm.cuh's comm_malloc), freed by comm_buffer_free.
 static float* comm_buffer(size_t bytes, const char* what) {
+    float* buffer = (float*)comm_malloc(&g_comm, bytes, what);
     g_device_bytes += bytes;
-    return (float*)comm_malloc(&g_comm, bytes, what);
+    g_device_allocations[buffer] = bytes;
+    return buffer;
+}
+
+static void comm_buffer_free(float* buffer) {
+    if (buffer == nullptr) { return; }
+    g_device_bytes -= g_device_allocations.at(buffer);
+    g_device_allocations.erase(buffer);
+    comm_mem_free(&g_comm, buffer);
 }
 
 // What the moves between ranks need: the slots where an owner receives the other ranks'
@@ -3263,7 +3233,7 @@ static void gpt2_allocate_comm(GPT2* model) {
         model->overlap_grads = level >= 1;
         model->overlap_params = level >= 2;
         bool layered[NUM_PARAMETER_TENSORS];
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { layered[i] = i >= 2 && i < NUM_PARAMETER_TENSORS - 2; }
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { layered[i] = PARAMETER_TENSORS[i].per_layer; }
         model->grad_buckets = zero_gradient_buckets(model->param_sizes, layered, NUM_PARAMETER_TENSORS,
                                                     model->config.num_layers);
         size_t P = model->num_parameters;
@@ -3293,7 +3263,7 @@ static void gpt2_reset_step_stats(GPT2* model, int window) {
 
 static void gpt2_allocate_step_stats(GPT2* model) {
     model->stats = (StepStats*)device_malloc(sizeof(StepStats), "step statistics");
-    gpt2_reset_step_stats(model, kSpikeWindowDefault);
+    gpt2_reset_step_stats(model, SPIKE_WINDOW_DEFAULT);
     cudaCheck(cudaMallocHost(&model->stats_copies, 2 * sizeof(StepStats)));
     cudaCheck(cudaMallocHost(&model->stop_request, sizeof(float)));
     *model->stop_request = 0.0f;
@@ -3301,10 +3271,10 @@ static void gpt2_allocate_step_stats(GPT2* model) {
 }
 
 // Allocates parameters, gradients and this rank's AdamW moments on the device (values not set).
-static void gpt2_allocate_parameters(GPT2* model, const GPT2Config* config) {
+static void gpt2_allocate_parameters(GPT2* model, const ModelShape* config) {
     *model = GPT2();
     model->config = *config;
-    parameter_sizes(model->param_sizes, config);
+    parameter_sizes(config, model->param_sizes);
     model->num_parameters = count_parameters(config);
     model->shard = zero_shard(model->num_parameters, g_comm.rank, g_comm.world);
     size_t bytes = model->num_parameters * sizeof(float);
@@ -3350,37 +3320,17 @@ static void gpt2_transpose_layer_weights(GPT2* model, int l, cudaStream_t stream
     transpose_matrices(t->fcprojw, p->fcprojw + l * 4 * C * C, C, 4 * C, 1, stream);
 }
 
-// Models on disk, read into the flat parameters on the host: the classic fp32 model file
-// (llmc/model_file.h: a 256-int header, then the 16 tensors in file order) or a Hugging Face GPT-2
-// directory (llmc/gpt2_hf.h). Checkpoints are written as model files.
-static GPT2Config config_from_shape(const ModelShape* s) {
-    return GPT2Config{s->max_seq_len, s->vocab_size, s->padded_vocab_size, s->num_layers,
-                      s->num_heads,   s->channels,   (AttentionKind)s->attention};
-}
-
-static ModelShape shape_from_config(const GPT2Config* c) {
-    return ModelShape{c->max_seq_len, c->vocab_size,        c->num_layers,     c->num_heads,
-                      c->channels,    c->padded_vocab_size, (int)c->attention};
-}
-
-// The config and parameters of a model file or Hugging Face model (host only, no GPU needed).
-static GPT2Config read_model(const char* path, std::vector<float>* params) {
+// A model file or Hugging Face model's shape and parameters (llmc/gpt2_hf.h's read_any_model), of a
+// shape these kernels run (host only, no GPU needed). Checkpoints are written as model files.
+static ModelShape read_model(const char* path, std::vector<float>* params) {
     ModelShape shape;
-    struct stat st;
-    if (hf_is_model(path)) {
-        gpt2_from_hf(path, &shape, params);
-    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        fail("%s: a directory without config.json (not a Hugging Face model)", path);
-    } else {
-        model_file_read(path, &shape, params);
-    }
-    GPT2Config config = config_from_shape(&shape);
-    validate_config(&config, path);
-    return config;
+    read_any_model(path, &shape, params);
+    validate_config(&shape, path);
+    return shape;
 }
 
 // A model of this config with these parameters (in model-file order) on the device.
-static void gpt2_build_from_parameters(GPT2* model, const GPT2Config* config, const std::vector<float>& host) {
+static void gpt2_build_from_parameters(GPT2* model, const ModelShape* config, const std::vector<float>& host) {
     gpt2_allocate_parameters(model, config);
     cudaCheck(cudaMemcpy(model->params_memory, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
     gpt2_transpose_wte(model);
@@ -3388,44 +3338,29 @@ static void gpt2_build_from_parameters(GPT2* model, const GPT2Config* config, co
 
 static void gpt2_build_from_file(GPT2* model, const char* path) {
     std::vector<float> host;
-    GPT2Config config = read_model(path, &host);
+    ModelShape config = read_model(path, &host);
     gpt2_build_from_parameters(model, &config, host);
 }
 
 static void gpt2_write_model(const GPT2* model, const char* path) {
-    ModelShape shape = shape_from_config(&model->config);
     std::vector<float> host(model->num_parameters);
     cudaCheck(cudaMemcpy(host.data(), model->params_memory, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    model_file_write(path, &shape, host.data());
+    model_file_write(path, &model->config, host.data());
 }
 
-// GPT-2 shapes by depth: d12 small (124M), d24 medium, d36 large, d48 XL.
-static bool gpt2_config_by_depth(const char* name, GPT2Config* config) {
-    const int depths[4] = {12, 24, 36, 48}, heads[4] = {12, 16, 20, 25}, channels[4] = {768, 1024, 1280, 1600};
-    for (int i = 0; i < 4; i++) {
-        char expected[8];
-        snprintf(expected, sizeof(expected), "d%d", depths[i]);
-        if (strcmp(name, expected) == 0) {
-            *config = GPT2Config{1024, 50257, 50304, depths[i], heads[i], channels[i], ATTENTION_SOFTMAX};
-            return true;
-        }
-    }
-    return false;
-}
-
-// GPT-2 initialisation: weights N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2L)),
-// biases 0, layernorm weights 1; the padded vocabulary rows of wte are 0.
-static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint64_t seed) {
+// GPT-2 initialisation (the table's): weights N(0, 0.02), the two residual projections
+// N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1; the padded vocabulary rows of wte are 0.
+static void gpt2_build_from_scratch(GPT2* model, const ModelShape* config, uint64_t seed) {
     validate_config(config, "model");
     gpt2_allocate_parameters(model, config);
     float residual_std = 0.02f / sqrtf(2.0f * config->num_layers);
-    const float stds[NUM_PARAMETER_TENSORS] = {0.02f, 0.02f, 0.0f, 0.0f, 0.02f, 0.0f, residual_std, 0.0f,
-                                               0.0f, 0.0f, 0.02f, 0.0f, residual_std, 0.0f, 0.0f, 0.0f};
-    const float means[NUM_PARAMETER_TENSORS] = {0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0};
-    float* tensor = model->params_memory;
+    float* tensor = model->params_memory;  // zero where nothing else is written
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        ParameterInit init = PARAMETER_TENSORS[i].init;
         size_t n = i == 0 ? (size_t)config->vocab_size * config->channels : model->param_sizes[i];
-        if (stds[i] != 0.0f || means[i] != 0.0f) { init_normal(tensor, n, means[i], stds[i], seed, tensor - model->params_memory); }
+        float mean = init == INIT_ONE ? 1.0f : 0.0f;
+        float std = init == INIT_NORMAL ? 0.02f : init == INIT_RESIDUAL ? residual_std : 0.0f;
+        if (init != INIT_ZERO) { init_normal(tensor, n, mean, std, seed, tensor - model->params_memory); }
         tensor += model->param_sizes[i];
     }
     gpt2_transpose_wte(model);
@@ -3434,7 +3369,7 @@ static void gpt2_build_from_scratch(GPT2* model, const GPT2Config* config, uint6
 // Split TF32's scratch for every product of a step over B x T tokens: two copies of both operands,
 // at most the fc layer's weight gradient (dfch_t, inp_t) and weight, on the side stream; the LM
 // head's, chunks of R rows (wte, logits, lnf), on the main stream.
-static void reserve_split_operands(const GPT2Config* c, int B, int T) {
+static void reserve_split_operands(const ModelShape* c, int B, int T) {
     size_t C = c->channels, Vp = c->padded_vocab_size, BT = (size_t)B * T;
     size_t R = std::min(BT, classifier_chunk_rows());
     size_t layer = 5 * C * BT + 4 * C * C, lm_head = Vp * (C + R) + C * R;
@@ -3443,8 +3378,8 @@ static void reserve_split_operands(const GPT2Config* c, int B, int T) {
 
 // Activations and batch buffers for batches of at most B x T.
 static void gpt2_allocate_activations(GPT2* model, int B, int T) {
-    const GPT2Config* c = &model->config;
-    model->num_activations = layout_activations(&model->acts, NULL, c, B, T, model->recompute_residual2);
+    const ModelShape* c = &model->config;
+    model->num_activations = layout_activations(&model->acts, nullptr, c, B, T, model->recompute_residual2);
     char what[128];
     snprintf(what, sizeof(what), "activations for B=%d, T=%d", B, T);
     model->acts_memory = (float*)device_malloc(model->num_activations * sizeof(float), what);
@@ -3495,7 +3430,7 @@ static void lm_head_dlnf(float* dlnf, float* partials, const float* wte_t, const
                          int Vp) {
     int splits = lm_head_splits(Vp), chunk = Vp / splits;
     float* out = splits > 1 ? partials : dlnf;
-    matmul(out, wte_t, dlogits_t, NULL, C, rows, chunk, true, true, 1.0f, 0.0f, splits, (size_t)C * chunk,
+    matmul(out, wte_t, dlogits_t, nullptr, C, rows, chunk, true, true, 1.0f, 0.0f, splits, (size_t)C * chunk,
            (size_t)chunk * rows, (size_t)rows * C);
     if (splits == 1) { return; }
     size_t n = (size_t)rows * C;
@@ -3513,20 +3448,20 @@ static void lm_head_dlnf(float* dlnf, float* partials, const float* wte_t, const
 static void lm_head_chunk(float* logits_t, float* losses, float* scratch, float* dlnf, float* dlnf_partials,
                           float* dwte, bool dwte_accumulate, float* lnf_t, const float* lnf, const float* wte,
                           const float* wte_t, const int* targets, float dloss, int rows, int C, int V, int Vp) {
-    matmul(logits_t, lnf, wte, NULL, rows, Vp, C, true, false, 1.0f, 0.0f);
-    if (targets == NULL) { return; }
+    matmul(logits_t, lnf, wte, nullptr, rows, Vp, C, true, false, 1.0f, 0.0f);
+    if (targets == nullptr) { return; }
     fused_classifier(logits_t, losses, scratch, targets, dloss, rows, V, Vp);
-    if (dwte == NULL) { return; }
+    if (dwte == nullptr) { return; }
     lm_head_dlnf(dlnf, dlnf_partials, wte_t, logits_t, rows, C, Vp);
     transpose_matrices(lnf_t, lnf, rows, C, 1);
-    matmul(dwte, lnf_t, logits_t, NULL, C, Vp, rows, true, false, 1.0f, dwte_accumulate ? 1.0f : 0.0f);
+    matmul(dwte, lnf_t, logits_t, nullptr, C, Vp, rows, true, false, 1.0f, dwte_accumulate ? 1.0f : 0.0f);
 }
 
 // The classifier over the rows of lnf in chunks of classifier_chunk_rows() (lm_head_chunk); with
 // grads, dlnf goes to acts.dbtc, each chunk's share before the next chunk reuses the logits
 // buffer. Without targets, acts.logits holds the last chunk's logits (gpt2_read_logits).
 static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, float loss_weight) {
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     int C = c->channels;
     size_t BT = (size_t)model->B * model->T;
     ActivationTensors a = model->acts;
@@ -3534,8 +3469,8 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
     for (size_t first = 0; first < BT; first += chunk_rows) {
         int rows = (int)std::min(chunk_rows, BT - first);
         lm_head_chunk(a.logits, a.losses + first, a.classifier_scratch, a.dbtc + first * C, a.dlnf_partials,
-                      with_grads ? model->grads.wte : NULL, first > 0, a.lnf_t, a.lnf + first * C, model->params.wte,
-                      model->wte_t, with_targets ? model->targets + first : NULL, loss_weight / BT, rows, C,
+                      with_grads ? model->grads.wte : nullptr, first > 0, a.lnf_t, a.lnf + first * C, model->params.wte,
+                      model->wte_t, with_targets ? model->targets + first : nullptr, loss_weight / BT, rows, C,
                       c->vocab_size, c->padded_vocab_size);
     }
     if (with_targets) {
@@ -3547,7 +3482,7 @@ static void classifier_forward(GPT2* model, bool with_targets, bool with_grads, 
 // The embeddings, the layers (flash attention) and the final layernorm (into acts.lnf) over the
 // B x T tokens in model->inputs, token (b, t) at position t.
 static void gpt2_forward_layers(GPT2* model, int B, int T) {
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     int L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params;
@@ -3556,7 +3491,7 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
         if (model->overlap_params) { stream_waits_outside(0, model->gather_done[bucket]); }
     };
     parameters_arrived(L);
-    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, NULL, B, T, C);
+    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, nullptr, B, T, C);
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
         parameters_arrived(L - 1 - l);
@@ -3566,7 +3501,7 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
         // a.dbtc holds each projection's output until the next layernorm adds it to the residual
         // stream: residual3 of the previous layer is written by this layer's first layernorm
         if (l == 0) {
-            layernorm_forward(a.ln, a.ln1_mean, a.ln1_rstd, NULL, a.encoded, NULL, p.ln1w, p.ln1b, BT, C);
+            layernorm_forward(a.ln, a.ln1_mean, a.ln1_rstd, nullptr, a.encoded, nullptr, p.ln1w, p.ln1b, BT, C);
         } else {
             layernorm_forward(a.ln, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, (float*)residual,
                               layer_residual2(model, l - 1), a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
@@ -3588,7 +3523,7 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
 // Uploads inputs (B, T) (host, ids < V) and, if given, targets; with_grads also the wte
 // gradient's token buckets. Nothing here waits for the GPU but the previous upload.
 static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets, int B, int T, bool with_grads) {
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     if ((size_t)B * T > (size_t)model->max_B * model->max_T || T > c->max_seq_len) {
         fail("batch %dx%d larger than the allocated %dx%d or the model's maxT %d", B, T, model->max_B, model->max_T,
              c->max_seq_len);
@@ -3596,7 +3531,7 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
     size_t BT = (size_t)B * T;
     cudaCheck(cudaEventSynchronize(model->upload_done));  // the staging area is free again
     upload(model, model->inputs, inputs, BT, 0);
-    if (targets != NULL) { upload(model, model->targets, targets, BT, BT); }
+    if (targets != nullptr) { upload(model, model->targets, targets, BT, BT); }
     if (with_grads) {
         TokenBuckets* tb = &model->buckets;
         token_buckets_build(tb, inputs, (int)BT, c->vocab_size, WTE_BUCKET_POSITIONS);
@@ -3617,17 +3552,17 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
 // (1/micro-steps when accumulating). Nothing here waits for the GPU.
 static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float loss_weight = 1.0f,
                          bool with_grads = false) {
-    if (with_grads && targets == NULL) { fail("gpt2_forward: gradients need targets"); }
+    if (with_grads && targets == nullptr) { fail("gpt2_forward: gradients need targets"); }
     gpt2_upload_batch(model, inputs, targets, B, T, with_grads);
     model->B = B;
     model->T = T;
     model->grads_pending = with_grads;
     uint32_t weight_bits;
     memcpy(&weight_bits, &loss_weight, sizeof(weight_bits));
-    GraphKey key = {0, B, T, targets != NULL, weight_bits, with_grads ? (int64_t)model->grads.wte : 0};
+    GraphKey key = {0, B, T, targets != nullptr, weight_bits, with_grads ? (int64_t)model->grads.wte : 0};
     model->graphs.run(key, [&] {
         gpt2_forward_layers(model, B, T);
-        classifier_forward(model, targets != NULL, with_grads, loss_weight);
+        classifier_forward(model, targets != nullptr, with_grads, loss_weight);
     });
 }
 
@@ -3645,7 +3580,7 @@ static void gpt2_begin_micro_step(GPT2* model, int micro) {
     model->micro = micro;
     float* grads = model->grads_memory;
     if (micro > 0) {
-        if (model->micro_grads_memory == NULL) {
+        if (model->micro_grads_memory == nullptr) {
             model->micro_grads_memory =
                 (float*)device_malloc(model->num_parameters * sizeof(float), "micro-step gradients");
         }
@@ -3685,7 +3620,7 @@ static void gpt2_end_micro_step(GPT2* model, bool last) {
 // not keep (L x B*T*C floats: 2.5 GB for GPT-2 XL at B=8): the forward's product again (the same
 // plan, so the same bits) and the forward's add, for one C x C product per layer.
 static void recompute_residual2(GPT2* model, int l) {
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     int C = c->channels;
     size_t BT = (size_t)model->B * model->T, btc = BT * C;
     const ActivationTensors* a = &model->acts;
@@ -3697,7 +3632,7 @@ static void recompute_residual2(GPT2* model, int l) {
 
 // The backward pass's launches (gpt2_backward).
 static void gpt2_backward_launches(GPT2* model) {
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     int B = model->B, T = model->T;
     int L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t BT = (size_t)B * T, btc = BT * C;
@@ -3746,7 +3681,7 @@ static void gpt2_backward_launches(GPT2* model) {
             gpt2_transpose_layer_weights(model, l - 1, side);
             side_marks(model->weights_t_ready);
         }
-        bias_backward(g.fcprojb + l * C, a.dresidual_t, NULL, side_partials, side_counters, a.dresidual, NULL, BT, C,
+        bias_backward(g.fcprojb + l * C, a.dresidual_t, nullptr, side_partials, side_counters, a.dresidual, nullptr, BT, C,
                       side);
         side_marks(model->dresidual_read);
         matmul_backward_input(dgelu, a.dresidual, false, wt->fcprojw, BT, 4 * C, C);
@@ -3767,7 +3702,7 @@ static void gpt2_backward_launches(GPT2* model) {
                            residual2, p.ln2w + l * C, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, BT, C);
         // attention: dresidual now holds d residual2, which flows unchanged into d residual
         side_waits_for_main();
-        bias_backward(g.attprojb + l * C, a.dresidual_t, NULL, side_partials, side_counters, a.dresidual, NULL, BT, C,
+        bias_backward(g.attprojb + l * C, a.dresidual_t, nullptr, side_partials, side_counters, a.dresidual, nullptr, BT, C,
                       side);
         side_marks(model->dresidual_read);
         matmul_backward_weight(g.attprojw + (size_t)l * C * C, a.dresidual_t, a.atty + l * btc, false, BT, C, C, side);
@@ -3818,9 +3753,9 @@ static void gpt2_gather_parameters(GPT2* model) {
 
 // The main stream waits for g_comm.stream; with marks (two timing events), records the wait.
 static void gpt2_wait_for_comm(GPT2* model, cudaEvent_t* marks) {
-    if (marks != NULL) { cudaCheck(cudaEventRecord(marks[0])); }
+    if (marks != nullptr) { cudaCheck(cudaEventRecord(marks[0])); }
     gpt2_join_comm(model);
-    if (marks != NULL) { cudaCheck(cudaEventRecord(marks[1])); }
+    if (marks != nullptr) { cudaCheck(cudaEventRecord(marks[1])); }
 }
 
 // The step's loss and stop request, combined over the ranks on every rank, so that all of them
@@ -3847,12 +3782,12 @@ static void gpt2_share_step_stats(GPT2* model) {
 // the ranks' gradients of its slice in rank order and updates its slice, then every rank gathers
 // all parameters (with GPT2_OVERLAP=2 bucket by bucket, while the next forward pass starts).
 // comm_marks: 6 timing events around the three waits for communication (the gradients, the
-// norm's partials, the parameters: with GPT2_OVERLAP=2, only the embeddings' bucket), or NULL.
+// norm's partials, the parameters: with GPT2_OVERLAP=2, only the embeddings' bucket), or nullptr.
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
-                        float max_norm, float spike_z, cudaEvent_t* comm_marks = NULL) {
+                        float max_norm, float spike_z, cudaEvent_t* comm_marks = nullptr) {
     const Comm* comm = &g_comm;
     const ZeroShard* shard = &model->shard;
-    auto marks = [&](int wait) { return comm_marks != NULL ? comm_marks + 2 * wait : NULL; };
+    auto marks = [&](int wait) { return comm_marks != nullptr ? comm_marks + 2 * wait : nullptr; };
     if (comm->world > 1) {
         size_t owned = shard->end - shard->begin;
         stream_waits(comm->stream, 0, model->comm_joined);
@@ -3871,10 +3806,7 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
         gpt2_wait_for_comm(model, marks(1));
     }
     grad_norm_finish(model->stats, model->norm_partials, shard->num_chunks, UpdateGuard{max_norm, spike_z, beta1, beta2});
-    TensorTable table;
-    size_t end = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { table.end[i] = end += model->param_sizes[i]; }
-    table.decay_mask = DECAYED_TENSORS;
+    TensorTable table = tensor_table(model->param_sizes);
     size_t owned4 = (shard->end - shard->begin) / 4;
     if (owned4 > 0) {
         adamw_kernel<<<ceil_div(owned4, 256), 256>>>((float4*)(model->params_memory + shard->begin),
@@ -3888,9 +3820,9 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
         stream_waits(comm->stream, 0, model->comm_joined);
         if (model->overlap_params) {
             gpt2_gather_parameters(model);
-            if (marks(2) != NULL) { cudaCheck(cudaEventRecord(marks(2)[0])); }
+            if (marks(2) != nullptr) { cudaCheck(cudaEventRecord(marks(2)[0])); }
             cudaCheck(cudaStreamWaitEvent(0, model->gather_done.back(), 0));  // wte, for its transpose
-            if (marks(2) != NULL) { cudaCheck(cudaEventRecord(marks(2)[1])); }
+            if (marks(2) != nullptr) { cudaCheck(cudaEventRecord(marks(2)[1])); }
         } else {
             comm_all_gather(comm, model->params_memory, shard->chunks_per_rank * ZERO_CHUNK);
             gpt2_wait_for_comm(model, marks(2));
@@ -3903,7 +3835,7 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
 static uint64_t gpt2_weights_checksum(const GPT2* model) {
     std::vector<uint32_t> bits(model->num_parameters);
     cudaCheck(cudaMemcpy(bits.data(), model->params_memory, bits.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
-    return fnv1a(kFnv1aOffset, bits.data(), bits.size());
+    return fnv1a(FNV1A_OFFSET, bits.data(), bits.size());
 }
 
 // The step's statistics (loss, norm, the update's decision): queued into copy slot 0 or 1 without
@@ -3926,28 +3858,20 @@ static const StepStats* gpt2_wait_stats(const GPT2* model, int slot) {
 
 static void gpt2_free(GPT2* model) {
     model->graphs.clear();
-    for (float* buffer : {model->params_memory, model->grads_memory, model->received}) {
-        if (buffer != NULL) { comm_mem_free(&g_comm, buffer); }
-    }
-    float* buffers[] = {model->m_memory, model->v_memory, model->micro_grads_memory, model->norm_partials,
-                        model->loss_shares, model->acts_memory, model->reduce_partials};
-    for (float* buffer : buffers) { cudaCheck(cudaFree(buffer)); }
+    for (float* buffer : {model->params_memory, model->grads_memory, model->received}) { comm_buffer_free(buffer); }
+    void* buffers[] = {model->m_memory, model->v_memory, model->micro_grads_memory, model->norm_partials,
+                       model->loss_shares, model->acts_memory, model->reduce_partials, model->stats,
+                       model->inputs, model->targets, model->num_buckets, model->bucket_tokens,
+                       model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
+                       model->group_counters, model->weights_t_memory, model->reduce_counters,
+                       model->side_partials, model->side_counters};
+    for (void* buffer : buffers) { device_free(buffer); }
     for (auto* events : {&model->bucket_main_done, &model->bucket_side_done, &model->gather_done}) {
         for (cudaEvent_t event : *events) { cudaCheck(cudaEventDestroy(event)); }
     }
-    cudaCheck(cudaFree(model->stats));
     cudaCheck(cudaEventDestroy(model->comm_joined));
-    int* int_buffers[] = {model->inputs,           model->targets,       model->num_buckets,  model->bucket_tokens,
-                          model->bucket_starts,    model->bucket_positions, model->bucket_groups, model->group_bounds,
-                          (int*)model->group_counters};
-    for (int* buffer : int_buffers) { cudaCheck(cudaFree(buffer)); }
-    cudaCheck(cudaFree(model->weights_t_memory));
-    cudaCheck(cudaFree(model->reduce_counters));
-    cudaCheck(cudaFree(model->side_partials));
-    cudaCheck(cudaFree(model->side_counters));
     for (cudaEvent_t event : {model->main_ready, model->dresidual_read, model->dqkv_t_read, model->mlp_grads_done,
-                              model->weights_t_ready,
-                              model->grads_done}) {
+                              model->weights_t_ready, model->grads_done}) {
         cudaCheck(cudaEventDestroy(event));
     }
     cudaCheck(cudaFreeHost(model->staging));
@@ -3965,9 +3889,9 @@ static void gpt2_free(GPT2* model) {
 // step is captured once as a CUDA graph and replayed; what changes from step to step (the
 // position, the tokens, the sampling flags) lives in device memory.
 
-static const int GENERATE_LOOKAHEAD = 4;  // steps queued ahead of the one whose tokens are read
+constexpr int GENERATE_LOOKAHEAD = 4;  // steps queued ahead of the one whose tokens are read
 
-typedef struct {
+struct Generator {
     int M, max_T;              // completions; positions the cache holds (prompt and new tokens)
     size_t device_bytes;       // of the one allocation that starts at kv and holds the buffers to sampling
     float* kv;                 // (L, M, max_T, 2C): every layer's keys and values (attention_decode)
@@ -3979,10 +3903,10 @@ typedef struct {
     int* tokens_device;        // the device's address of tokens
     GraphCache step;           // gpt2_decode_step as a CUDA graph
     cudaEvent_t step_done[GENERATE_LOOKAHEAD];
-} Generator;
+};
 
 static void generator_init(Generator* gen, const GPT2* model, int M, int max_T) {
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     int NH = c->num_heads, hs = c->channels / NH;
     *gen = Generator();
     gen->M = M;
@@ -4007,7 +3931,7 @@ static void generator_init(Generator* gen, const GPT2* model, int M, int max_T) 
 }
 
 static void generator_free(Generator* gen) {
-    device_free(gen->kv, gen->device_bytes);
+    device_free(gen->kv);
     cudaCheck(cudaFreeHost(gen->tokens));
     gen->step.clear();
     for (cudaEvent_t event : gen->step_done) { cudaCheck(cudaEventDestroy(event)); }
@@ -4021,8 +3945,8 @@ static void decode_linear(float* out, const float* inp, const float* weight, con
         linear_few_rows(out, inp, weight, bias, ops, M, C, OC);
         return;
     }
-    if (ops.ln_weight != NULL) {
-        layernorm_forward(ln_out, NULL, NULL, NULL, inp, NULL, ops.ln_weight, ops.ln_bias, M, C);
+    if (ops.ln_weight != nullptr) {
+        layernorm_forward(ln_out, nullptr, nullptr, nullptr, inp, nullptr, ops.ln_weight, ops.ln_bias, M, C);
         inp = ln_out;
     }
     matmul(out, weight, inp, bias, OC, M, C, true, false, 1.0f, ops.accumulate ? 1.0f : 0.0f);
@@ -4033,7 +3957,7 @@ static void decode_linear(float* out, const float* inp, const float* weight, con
 // into model->inputs (the next step's input) and gen->tokens, and the position advanced. The
 // residual stream (M, C) lives in acts.residual3, each layer adding its two projections in place.
 static void gpt2_decode_step(GPT2* model, Generator* gen) {
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     int M = gen->M, L = c->num_layers, NH = c->num_heads, C = c->channels;
     size_t layer_kv = (size_t)M * gen->max_T * 2 * C;
     ParameterTensors p = model->params;
@@ -4045,14 +3969,14 @@ static void gpt2_decode_step(GPT2* model, Generator* gen) {
                       {p.ln1w + l * C, p.ln1b + l * C, false, false}, a.ln, M, C, 3 * C);
         attention_decode(a.atty, gen->partials, gen->counters, gen->kv + l * layer_kv, a.qkv, gen->position, M,
                          gen->max_T, NH, C / NH, c->attention);
-        decode_linear(residual, a.atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, {NULL, NULL, false, true},
+        decode_linear(residual, a.atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, {nullptr, nullptr, false, true},
                       a.ln, M, C, C);
         decode_linear(a.fch_gelu, residual, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C,
                       {p.ln2w + l * C, p.ln2b + l * C, true, false}, a.ln, M, C, 4 * C);
         decode_linear(residual, a.fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C,
-                      {NULL, NULL, false, true}, a.ln, M, 4 * C, C);
+                      {nullptr, nullptr, false, true}, a.ln, M, 4 * C, C);
     }
-    decode_linear(a.logits, residual, p.wte, NULL, {p.lnfw, p.lnfb, false, false}, a.lnf, M, C,
+    decode_linear(a.logits, residual, p.wte, nullptr, {p.lnfw, p.lnfb, false, false}, a.lnf, M, C,
                   c->padded_vocab_size);  // (M, Vp); a.ln shares its memory with the logits
     sample_kernel<<<M, SAMPLE_THREADS>>>(model->inputs, gen->tokens_device, a.logits, gen->sampling, gen->position,
                                          c->vocab_size, c->padded_vocab_size, gen->max_T);
@@ -4069,11 +3993,11 @@ static void generator_queue_step(GPT2* model, Generator* gen) {
 // Queues the prompt (n >= 1 ids < V) for all M completions: its first n - 1 tokens through the
 // forward pass into the cache, its last as the first step's input at position n - 1.
 static void generator_start(GPT2* model, Generator* gen, const std::vector<int>& prompt, const SamplingParams* sp) {
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     int n = (int)prompt.size(), M = gen->M;
     if (n < 1 || n >= gen->max_T) { fail("generation: a prompt of %d tokens leaves no room in %d positions", n, gen->max_T); }
     if (n > 1) {
-        gpt2_upload_batch(model, prompt.data(), NULL, 1, n - 1, false);
+        gpt2_upload_batch(model, prompt.data(), nullptr, 1, n - 1, false);
         model->B = 1;
         model->T = n - 1;
         model->grads_pending = false;
@@ -4082,7 +4006,7 @@ static void generator_start(GPT2* model, Generator* gen, const std::vector<int>&
     }
     cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));  // gen->tokens is no longer being written
     std::vector<int> last(M, prompt[n - 1]);
-    gpt2_upload_batch(model, last.data(), NULL, M, 1, false);
+    gpt2_upload_batch(model, last.data(), nullptr, M, 1, false);
     for (int m = 0; m < M; m++) { memcpy(gen->tokens + (size_t)m * gen->max_T, prompt.data(), n * sizeof(int)); }
     int position = n - 1;
     cudaCheck(cudaMemcpyAsync(gen->position, &position, sizeof(int), cudaMemcpyHostToDevice));
@@ -4156,7 +4080,7 @@ static double wall_seconds() {
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------------
 // Checkpoints: the folder's files and rules are llmc/checkpoint_dir.h's; all written atomically by
-// rank 0.
+// rank 0. Then the model a run starts from: a checkpoint's, or -e's.
 
 // Every rank calls it (the owners' moments are gathered on rank 0, through the gradients' memory,
 // free between steps); rank 0 writes.
@@ -4185,7 +4109,7 @@ static void write_checkpoint(const char* dir, int step, const GPT2* model, const
 
 // A checkpoint read back to resume from: the model and this rank's slice of the run state.
 struct Checkpoint {
-    GPT2Config config;
+    ModelShape config;
     std::vector<float> params;  // in model-file order, until they are on the device
     RunState state;             // AdamW's m and v of this rank's ZeRO-1 shard
 };
@@ -4202,7 +4126,7 @@ static void find_intact_checkpoint(const char* dir, Checkpoint* checkpoint) {
             ZeroShard shard = zero_shard(P, g_comm.rank, g_comm.world);
             std::string state_path = checkpoint_path(dir, "state", step);
             if (state_file_load(state_path.c_str(), step, P, shard.begin, shard.end, &checkpoint->state, &problem)) {
-                checkpoint->config = config_from_shape(&shape);
+                checkpoint->config = shape;
                 validate_config(&checkpoint->config, model_path.c_str());
                 return;
             }
@@ -4214,24 +4138,15 @@ static void find_intact_checkpoint(const char* dir, Checkpoint* checkpoint) {
          newest_problem.empty() ? "" : (newest_problem + ")").c_str());
 }
 
-#define REQUIRE_SAME(field, flag)                                                                    \
-    if (memcmp(&saved.field, &current->field, sizeof(saved.field)) != 0) {                           \
-        fail("flag %s: differs from the run being resumed (%s); resume with the run's flags", flag, path); \
-    }
-
 // Restores the run state read from dir's checkpoint into model (built from its model file) and
 // loader: Adam's step, the spike guard's window and this rank's slice of the AdamW moments.
 static void load_run_state(const char* dir, const RunState* state, GPT2* model, const RunShape* current,
                            DataLoader* loader) {
-    std::string state_path = checkpoint_path(dir, "state", state->step);
-    const char* path = state_path.c_str();  // REQUIRE_SAME's
-    RunShape saved = state->shape;
-    REQUIRE_SAME(B, "-b") REQUIRE_SAME(T, "-t") REQUIRE_SAME(micro_batches, "-d") REQUIRE_SAME(max_steps, "-x")
-    REQUIRE_SAME(warmup_steps, "-u") REQUIRE_SAME(schedule, "-k") REQUIRE_SAME(use_tf32, "-f")
-    REQUIRE_SAME(overfit_single_batch, "-a") REQUIRE_SAME(lr, "-l") REQUIRE_SAME(final_lr_frac, "-q")
-    REQUIRE_SAME(weight_decay, "-c") REQUIRE_SAME(beta1, "--beta1") REQUIRE_SAME(beta2, "--beta2")
-    REQUIRE_SAME(eps, "--eps") REQUIRE_SAME(grad_clip, "-gc") REQUIRE_SAME(seed, "--seed")
-    REQUIRE_SAME(spike_z, "-sg") REQUIRE_SAME(spike_window, "--spike-window")
+    const char* flag = run_shape_mismatch(state->shape, *current);
+    if (flag != nullptr) {
+        fail("flag %s: differs from the run being resumed (%s); resume with the run's flags", flag,
+             checkpoint_path(dir, "state", state->step).c_str());
+    }
     StepStats restored = {};
     restored.adam_step = state->adam_step;
     restored.recent_norms = state->recent_norms;
@@ -4241,30 +4156,29 @@ static void load_run_state(const char* dir, const RunState* state, GPT2* model, 
     cudaCheck(cudaMemcpy(model->m_memory, state->m.data(), owned * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(model->v_memory, state->v.data(), owned * sizeof(float), cudaMemcpyHostToDevice));
 }
-#undef REQUIRE_SAME
-
-// ----------------------------------------------------------------------------------------------
-// Training
 
 // The model of the checkpoint resumed from (its host parameters freed once on the device), or -e's.
 static void build_model(GPT2* model, const TrainArgs* args, Checkpoint* resume) {
-    GPT2Config config;
+    ModelShape config;
     const RunShape* r = &args->shape;
-    if (resume != NULL) {
+    if (resume != nullptr) {
         gpt2_build_from_parameters(model, &resume->config, resume->params);
         std::vector<float>().swap(resume->params);
-    } else if (gpt2_config_by_depth(args->model, &config)) {
-        config.attention = r->attention < 0 ? ATTENTION_SOFTMAX : (AttentionKind)r->attention;
+    } else if (model_shape_by_depth(args->model, &config)) {
+        config.attention = r->attention == ATTENTION_OF_MODEL ? ATTENTION_SOFTMAX : r->attention;
         gpt2_build_from_scratch(model, &config, r->seed);
     } else {
         if (!file_exists(args->model)) { fail("flag -e: '%s' is neither a model file, a Hugging Face model nor one of d12, d24, d36, d48", args->model); }
         gpt2_build_from_file(model, args->model);
     }
-    if (r->attention >= 0 && r->attention != (int)model->config.attention) {
-        fail("flag -A %s: the model uses %s attention", attention_name((AttentionKind)r->attention),
+    if (r->attention != ATTENTION_OF_MODEL && r->attention != model->config.attention) {
+        fail("flag -A %s: the model uses %s attention", attention_name(r->attention),
              attention_name(model->config.attention));
     }
 }
+
+// ----------------------------------------------------------------------------------------------
+// Between steps: the validation loss, multiple-choice evaluation (llmc/eval.h) and samples
 
 // The mean loss over `rows` validation rows (llmc/dataloader.h's evaluation rows), the same bits
 // on any number of GPUs: each rank scores its share of the rows in forward passes of the loader's
@@ -4292,84 +4206,8 @@ static float validation_loss(GPT2* model, DataLoader* loader, int64_t rows) {
     return (float)(total / ((double)rows * T));
 }
 
-// ----------------------------------------------------------------------------------------------
-// Samples and prompts (the Generator above)
-
-// A training sample: up to num_tokens after <|endoftext|> at temperature 1, keyed on the step.
-static void print_sample(GPT2* model, Generator* gen, const Tokenizer* tokenizer, uint64_t seed, int num_tokens) {
-    SamplingParams sampling = {1.0f, 0, 1.0f, 0, seed};
-    int eot = (int)tokenizer->eot_token;
-    generator_start(model, gen, std::vector<int>{eot}, &sampling);
-    Utf8Printer printer;
-    printf("generated: ");
-    generator_run(model, gen, 1, num_tokens, eot, [&](int, int id) {
-        if (id != eot) { printer.print_token(tokenizer, id, stdout); }
-    });
-    printer.finish(stdout);
-    printf("\n");
-}
-
-// --prompt: prints the completions, the first as it is generated, and the speed.
-static void generate_main(const TrainArgs* args) {
-    if (!cuda_setup(args->shape.use_tf32)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
-    GPT2 model;
-    build_model(&model, args, NULL);
-    const GPT2Config* c = &model.config;
-    Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, args->tokenizer.c_str());
-    std::vector<int> prompt = encode_prompt(args->prompt, args->prompt_file, &tokenizer, c->vocab_size);
-    int n = (int)prompt.size(), M = args->batch_samples, eot = (int)tokenizer.eot_token;
-    if (n >= c->max_seq_len) {
-        fail("flag --prompt: %d tokens leave no room to generate within the model's maxT of %d", n, c->max_seq_len);
-    }
-    gpt2_allocate_activations(&model, 1, std::max(n - 1, M));
-    Generator gen;
-    generator_init(&gen, &model, M, std::min(c->max_seq_len, n + args->gen_new));
-
-    double start = wall_seconds();
-    SamplingParams sampling = {args->temperature, args->top_k, args->top_p, 0, args->shape.seed};
-    generator_start(&model, &gen, prompt, &sampling);
-    cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));
-    double prefilled = wall_seconds(), first_step = 0.0;
-    std::vector<std::vector<int>> completions(M);
-    Utf8Printer printer;
-    for (int id : prompt) {
-        if (id != eot) { printer.print_token(&tokenizer, id, stdout); }
-    }
-    int steps = generator_run(&model, &gen, n, args->gen_new, eot, [&](int m, int id) {
-        if (first_step == 0.0) { first_step = wall_seconds(); }
-        completions[m].push_back(id);
-        if (m == 0 && id != eot) { printer.print_token(&tokenizer, id, stdout); }
-    });
-    double done = wall_seconds();
-    printer.finish(stdout);
-    printf("\n");
-    for (int m = 1; m < M; m++) {
-        printf("--- completion %d\n", m);
-        Utf8Printer completion;
-        for (int id : completions[m]) {
-            if (id != eot) { completion.print_token(&tokenizer, id, stdout); }
-        }
-        completion.finish(stdout);
-        printf("\n");
-    }
-    for (int m = 0; m < M && args->show_ids; m++) {
-        printf("ids %d:", m);
-        for (int id : completions[m]) { printf(" %d", id); }
-        printf("\n");
-    }
-    printf("prefill: %d tokens in %.1f ms\n", n - 1, (prefilled - start) * 1e3);
-    // The first step also captures the step's graph: the speed is that of the steps after it.
-    printf("decode: %d steps x %d completions in %.1f ms: %.0f tokens/s\n", steps, M, (done - prefilled) * 1e3,
-           steps > 1 ? (steps - 1) * M / (done - first_step) : 0.0);
-    generator_free(&gen);
-    tokenizer_free(&tokenizer);
-    gpt2_free(&model);
-}
-
-// ----------------------------------------------------------------------------------------------
-// Multiple-choice evaluation (llmc/eval.h): each batch of (context, ending) rows is one forward
-// pass with targets, whose per-position losses (acts.losses) score the endings on the host.
+// Multiple-choice evaluation: each batch of (context, ending) rows is one forward pass with
+// targets, whose per-position losses (acts.losses) score the endings on the host.
 
 // Loads --eval's file and plans this rank's batches of at most B x T tokens.
 static void eval_prepare(const TrainArgs* args, const Tokenizer* tokenizer, int vocab_size, EvalSet* set,
@@ -4399,36 +4237,31 @@ static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, con
                              cudaMemcpyDeviceToHost));
         eval_score_batch(b, row_losses.data(), &losses);
     }
-    comm_sum_disjoint(&g_comm, losses.data()->data(), losses.size() * kEvalEndings);  // each example scored on one rank
+    comm_sum_disjoint(&g_comm, losses.data()->data(), losses.size() * EVAL_ENDINGS);  // each example scored on one rank
     EvalResult result = eval_result(*set, losses);
     printf0("eval: accuracy %.4f (%d/%d) at step %d in %.2f s\n", result.accuracy(), result.correct, result.evaluated,
             step, wall_seconds() - start);
     log_eval(log, step, result.accuracy());
-    if (args->eval_report != NULL && g_comm.rank == 0) { eval_write_report(args->eval_report, *set, losses, result); }
+    if (args->eval_report != nullptr && g_comm.rank == 0) { eval_write_report(args->eval_report, *set, losses, result); }
 }
 
-// --eval with -x 0: evaluates the -e model and exits; no training data is read.
-static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
-    const RunShape* r = &args->shape;
-    if (!cuda_setup(r->use_tf32, me->local_rank)) { fail("no CUDA GPU found: evaluation needs an NVIDIA GPU"); }
-    comm_init(&g_comm, me, args->rendezvous_dir);
-    GPT2 model;
-    build_model(&model, args, NULL);
-    if (r->T > model.config.max_seq_len) {
-        fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, model.config.max_seq_len);
-    }
-    gpt2_reset_step_stats(&model, r->spike_window);
-    Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, args->tokenizer.c_str());
-    EvalSet set;
-    std::vector<EvalBatch> batches;
-    eval_prepare(args, &tokenizer, model.config.vocab_size, &set, &batches);
-    gpt2_allocate_activations(&model, r->B, r->T);
-    evaluate(&model, args, &set, batches, 0, NULL);
-    tokenizer_free(&tokenizer);
-    gpt2_free(&model);
-    comm_free(&g_comm);
+// A training sample: up to num_tokens after <|endoftext|> at temperature 1, keyed on the step.
+static void print_sample(GPT2* model, Generator* gen, const Tokenizer* tokenizer, uint64_t seed, int num_tokens) {
+    SamplingParams sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = seed};
+    int eot = (int)tokenizer->eot_token;
+    generator_start(model, gen, std::vector<int>{eot}, &sampling);
+    Utf8Printer printer;
+    printf("generated: ");
+    generator_run(model, gen, 1, num_tokens, eot, [&](int, int id) {
+        if (id != eot) { printer.print_token(tokenizer, id, stdout); }
+    });
+    printer.finish(stdout);
+    printf("\n");
 }
+
+// ----------------------------------------------------------------------------------------------
+// The training loop: Run holds a run's state; main calls run_init, then per step run_periodic
+// (what is due between steps), run_step (queued on the GPU) and run_report (the step before).
 
 static void print_row(const char* name, const char* fmt, ...) {
     char value[256];
@@ -4442,11 +4275,11 @@ static void print_row(const char* name, const char* fmt, ...) {
 // Device time of the phases of the steps so far: events around each forward, backward and update,
 // and around the update's waits for communication (several GPUs), one set for each of the two
 // steps in flight (slots 0 and 1).
-typedef struct {
+struct PhaseTimes {
     std::vector<cudaEvent_t> marks[2];  // start, then after each forward and backward, then after the update
     std::vector<cudaEvent_t> comm_marks[2];  // gpt2_update's comm_marks (several GPUs)
     double forward_ms, backward_ms, update_ms, exposed_comm_ms;
-} PhaseTimes;
+};
 
 static void phase_times_init(PhaseTimes* times, int micro_steps) {
     *times = PhaseTimes();
@@ -4476,7 +4309,7 @@ static void phase_times_add(PhaseTimes* times, int slot) {
 }
 
 // A training run: the model, the data, and the bookkeeping of the steps in flight.
-typedef struct {
+struct Run {
     TrainArgs args;
     GPT2 model;
     DataLoader train_loader, val_loader;
@@ -4484,7 +4317,7 @@ typedef struct {
     Generator sampler;   // rank 0's, for the samples every -s steps (sampler.M = 0: none)
     EvalSet eval_set;    // --eval's examples, and this rank's batches of them
     std::vector<EvalBatch> eval_batches;
-    FILE* log;           // rank 0's main.log, or NULL
+    FILE* log;           // rank 0's main.log, or nullptr
     int start_step;
     int micro_steps;     // this rank's micro-steps per optimizer step
     int64_t val_rows;    // validation rows, split over the ranks (validation_loss)
@@ -4503,10 +4336,10 @@ typedef struct {
     int timed_steps, last_step;
     cudaEvent_t periodic_marks[2];  // around run_periodic's work between two steps
     double periodic_ms;             // that work's time after the first step, summed
-} Run;
+};
 
 static void run_print_config(const Run* run, int val_B) {
-    const GPT2Config* c = &run->model.config;
+    const ModelShape* c = &run->model.config;
     const TrainArgs* args = &run->args;
     const RunShape* r = &args->shape;
     const char* rule = "+------------------------+------------------------------------------------------+\n";
@@ -4598,7 +4431,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
         fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+");
     }
     comm_init(&g_comm, me, args->rendezvous_dir);
-    if (args->output_dir != NULL && g_comm.rank == 0) {
+    if (args->output_dir != nullptr && g_comm.rank == 0) {
         int removed = remove_stale_temp_files(args->output_dir);
         if (removed > 0) { printf0("removed %d temporary files of killed writers from %s\n", removed, args->output_dir); }
     }
@@ -4607,14 +4440,13 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     GPT2* model = &run->model;
     build_model(model, args, resume_step >= 0 ? &resume : nullptr);
     gpt2_reset_step_stats(model, r->spike_window);
-    const GPT2Config* c = &model->config;
+    const ModelShape* c = &model->config;
     r->attention = c->attention;
     if (r->T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, c->max_seq_len); }
 
     int val_B = run_init_data(run);
     tokenizer_init(&run->tokenizer, args->tokenizer.c_str());
-    ModelShape model_shape = shape_from_config(c);
-    comm_check_same(&g_comm, run_fingerprint(r, &model_shape, &run->train_loader, &run->val_loader, resume_step),
+    comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
     bool logs = args->output_dir != nullptr && g_comm.rank == 0;
     run->log = logs ? log_open(args->output_dir, args->resume, args->force) : nullptr;
@@ -4628,7 +4460,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
         samples = false;
     }
     if (samples) { generator_init(&run->sampler, model, 1, std::min(args->gen_tokens + 1, c->max_seq_len)); }
-    if (args->eval_path != NULL) { eval_prepare(args, &run->tokenizer, c->vocab_size, &run->eval_set, &run->eval_batches); }
+    if (args->eval_path != nullptr) { eval_prepare(args, &run->tokenizer, c->vocab_size, &run->eval_set, &run->eval_batches); }
     run->peak_tflops = args->peak_tflops > 0 ? args->peak_tflops : tf32_peak_tflops(g_device_name);
     run_print_config(run, val_B);
     run->flops_per_step =
@@ -4662,7 +4494,7 @@ static void run_step(Run* run, int step) {
     if (step == run->args.debug_nan_step) { cudaCheck(cudaMemsetAsync(model->grads_memory, 0xff, sizeof(float))); }
     std::vector<cudaEvent_t>& comm_marks = run->phases.comm_marks[slot];
     gpt2_update(model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip,
-                r->spike_z, comm_marks.empty() ? NULL : comm_marks.data());
+                r->spike_z, comm_marks.empty() ? nullptr : comm_marks.data());
     cudaCheck(cudaEventRecord(marks.back()));
     if (step == run->start_step) { cudaCheck(cudaEventRecord(run->first_step_end)); }
     gpt2_queue_stats(model, slot);
@@ -4725,12 +4557,12 @@ static void run_report(Run* run) {
 static void run_periodic(Run* run, int step, bool last_step) {
     const TrainArgs* args = &run->args;
     GPT2* model = &run->model;
-    bool checkpoint_due = args->output_dir != NULL && step > run->start_step &&
+    bool checkpoint_due = args->output_dir != nullptr && step > run->start_step &&
                           (last_step || (args->checkpoint_every > 0 && step % args->checkpoint_every == 0));
     bool val_due = args->val_every > 0 && run->val_rows > 0 && (step % args->val_every == 0 || last_step);
     bool sample_due = args->sample_every > 0 && args->gen_tokens > 0 && step > 0 &&
                       (step % args->sample_every == 0 || last_step);
-    bool eval_due = args->eval_path != NULL && (last_step || (args->eval_every > 0 && step % args->eval_every == 0 && step > 0));
+    bool eval_due = args->eval_path != nullptr && (last_step || (args->eval_every > 0 && step % args->eval_every == 0 && step > 0));
     if (!(checkpoint_due || val_due || sample_due || eval_due || last_step)) { return; }
     run_report(run);
     gpt2_join_comm(model);  // all parameters are in, for the host and for the work below
@@ -4763,7 +4595,7 @@ static void run_periodic(Run* run, int step, bool last_step) {
                     "-y 1 (exit status %d)\n", step, args->output_dir, step, EXIT_PREEMPTED);
         } else {
             printf0("stopped by a signal after step %d, no checkpoint written (%s; exit status %d)\n", step,
-                    args->output_dir == NULL ? "no -o" : "none since the start", EXIT_PREEMPTED);
+                    args->output_dir == nullptr ? "no -o" : "none since the start", EXIT_PREEMPTED);
         }
     }
 }
@@ -4791,10 +4623,92 @@ static void run_finish(Run* run) {
     comm_free(&g_comm);
 }
 
-int main(int argc, char** argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);  // a step's line reaches a log file as it is printed
-    int gpus = launch_gpus_flag(argc, argv);
-    LaunchInfo me = launch_info_from_env();
+// ----------------------------------------------------------------------------------------------
+// main: training, or --prompt's generation, or --eval on its own (-x 0)
+
+// --prompt: prints the completions, the first as it is generated, and the speed.
+static void generate_main(const TrainArgs* args) {
+    if (!cuda_setup(args->shape.use_tf32)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
+    GPT2 model;
+    build_model(&model, args, nullptr);
+    const ModelShape* c = &model.config;
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, args->tokenizer.c_str());
+    std::vector<int> prompt = encode_prompt(args->prompt, args->prompt_file, &tokenizer, c->vocab_size);
+    int n = (int)prompt.size(), M = args->batch_samples, eot = (int)tokenizer.eot_token;
+    if (n >= c->max_seq_len) {
+        fail("flag --prompt: %d tokens leave no room to generate within the model's maxT of %d", n, c->max_seq_len);
+    }
+    gpt2_allocate_activations(&model, 1, std::max(n - 1, M));
+    Generator gen;
+    generator_init(&gen, &model, M, std::min(c->max_seq_len, n + args->gen_new));
+
+    double start = wall_seconds();
+    SamplingParams sampling = {args->temperature, args->top_k, args->top_p, args->shape.seed};
+    generator_start(&model, &gen, prompt, &sampling);
+    cudaCheck(cudaStreamSynchronize(cudaStreamPerThread));
+    double prefilled = wall_seconds(), first_step = 0.0;
+    std::vector<std::vector<int>> completions(M);
+    Utf8Printer printer;
+    for (int id : prompt) {
+        if (id != eot) { printer.print_token(&tokenizer, id, stdout); }
+    }
+    int steps = generator_run(&model, &gen, n, args->gen_new, eot, [&](int m, int id) {
+        if (first_step == 0.0) { first_step = wall_seconds(); }
+        completions[m].push_back(id);
+        if (m == 0 && id != eot) { printer.print_token(&tokenizer, id, stdout); }
+    });
+    double done = wall_seconds();
+    printer.finish(stdout);
+    printf("\n");
+    for (int m = 1; m < M; m++) {
+        printf("--- completion %d\n", m);
+        Utf8Printer completion;
+        for (int id : completions[m]) {
+            if (id != eot) { completion.print_token(&tokenizer, id, stdout); }
+        }
+        completion.finish(stdout);
+        printf("\n");
+    }
+    for (int m = 0; m < M && args->show_ids; m++) {
+        printf("ids %d:", m);
+        for (int id : completions[m]) { printf(" %d", id); }
+        printf("\n");
+    }
+    printf("prefill: %d tokens in %.1f ms\n", n - 1, (prefilled - start) * 1e3);
+    // The first step also captures the step's graph: the speed is that of the steps after it.
+    printf("decode: %d steps x %d completions in %.1f ms: %.0f tokens/s\n", steps, M, (done - prefilled) * 1e3,
+           steps > 1 ? (steps - 1) * M / (done - first_step) : 0.0);
+    generator_free(&gen);
+    tokenizer_free(&tokenizer);
+    gpt2_free(&model);
+}
+
+// --eval with -x 0: evaluates the -e model and exits; no training data is read.
+static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
+    const RunShape* r = &args->shape;
+    if (!cuda_setup(r->use_tf32, me->local_rank)) { fail("no CUDA GPU found: evaluation needs an NVIDIA GPU"); }
+    comm_init(&g_comm, me, args->rendezvous_dir);
+    GPT2 model;
+    build_model(&model, args, nullptr);
+    if (r->T > model.config.max_seq_len) {
+        fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, model.config.max_seq_len);
+    }
+    gpt2_reset_step_stats(&model, r->spike_window);
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, args->tokenizer.c_str());
+    EvalSet set;
+    std::vector<EvalBatch> batches;
+    eval_prepare(args, &tokenizer, model.config.vocab_size, &set, &batches);
+    gpt2_allocate_activations(&model, r->B, r->T);
+    evaluate(&model, args, &set, batches, 0, nullptr);
+    tokenizer_free(&tokenizer);
+    gpt2_free(&model);
+    comm_free(&g_comm);
+}
+
+// The run's number of processes: --gpus's, or the launcher's that started this one (not both).
+static int run_world(int gpus, const LaunchInfo& me) {
     if (gpus > 0 && me.world > 1) {
         fail("flag --gpus: this process is already rank %d of %d (%s); give the GPUs to one or the other", me.rank,
              me.world, me.source);
@@ -4803,7 +4717,14 @@ int main(int argc, char** argv) {
         fail("%d GPUs asked for (%s), but this build has no NCCL: install it (libnccl-dev, or NCCL_HOME=DIR) and "
              "rebuild with make", std::max(gpus, me.world), gpus > 1 ? "flag --gpus" : me.source);
     }
-    int world = std::max({gpus, me.world, 1});
+    return std::max({gpus, me.world, 1});
+}
+
+int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // a step's line reaches a log file as it is printed
+    int gpus = launch_gpus_flag(argc, argv);
+    LaunchInfo me = launch_info_from_env();
+    int world = run_world(gpus, me);
     g_fail_quiet = me.world > 1 && me.rank != 0;  // what every rank finds alike, rank 0 reports
     TrainArgs args = args_parse_or_fail(argc, argv, world);  // bad flags and data fail here, before any process starts
     if (args_trains(&args)) {

@@ -39,7 +39,7 @@ static inline RunShape args_default_shape() {
     r.micro_batches = 1;
     r.max_steps = -1;
     r.schedule = SCHEDULE_COSINE;
-    r.attention = -1;
+    r.attention = ATTENTION_OF_MODEL;
     r.use_tf32 = 1;
     r.lr = 3e-4f;
     r.beta1 = 0.9f;
@@ -222,12 +222,13 @@ static inline FlagReader args_field(T* field) {
     };
 }
 
-// A value out of `choices`, stored as its index.
-static inline FlagReader args_choice(int* field, std::vector<const char*> choices) {
-    return [field, choices](const char* flag, const char* value, std::string* error) {
-        for (size_t i = 0; i < choices.size(); i++) {
-            if (strcmp(value, choices[i]) == 0) {
-                *field = (int)i;
+// One of an enum's names (its table, indexed by the enum's values from 0), stored as its value.
+template <typename Enum, size_t N>
+static inline FlagReader args_choice(Enum* field, const char* const (&names)[N]) {
+    return [field, &names](const char* flag, const char* value, std::string* error) {
+        for (size_t i = 0; i < N; i++) {
+            if (strcmp(value, names[i]) == 0) {
+                *field = (Enum)i;
                 return true;
             }
         }
@@ -240,10 +241,10 @@ static inline std::vector<Flag> args_flags(TrainArgs* a) {
     return {
         {"-i", args_field(&a->train_pattern)}, {"-j", args_field(&a->val_pattern)}, {"-e", args_field(&a->model)},
         {"-o", args_field(&a->output_dir)}, {"--tokenizer", args_field(&a->tokenizer)},
-        {"--rendezvous-dir", args_field(&a->rendezvous_dir)}, {"-A", args_choice(&r->attention, {"softmax", "relu"})},
+        {"--rendezvous-dir", args_field(&a->rendezvous_dir)}, {"-A", args_choice(&r->attention, ATTENTION_NAMES)},
         {"--seed", args_field(&r->seed)}, {"-b", args_field(&r->B)}, {"-t", args_field(&r->T)},
         {"-d", args_field(&a->total_batch_tokens)}, {"-x", args_field(&r->max_steps)}, {"-l", args_field(&r->lr)},
-        {"-u", args_field(&r->warmup_steps)}, {"-k", args_choice(&r->schedule, {"cosine", "linear", "constant"})},
+        {"-u", args_field(&r->warmup_steps)}, {"-k", args_choice(&r->schedule, SCHEDULE_NAMES)},
         {"-q", args_field(&r->final_lr_frac)}, {"-c", args_field(&r->weight_decay)},
         {"--beta1", args_field(&r->beta1)}, {"--beta2", args_field(&r->beta2)}, {"--eps", args_field(&r->eps)},
         {"-gc", args_field(&r->grad_clip)}, {"-sg", args_field(&r->spike_z)},

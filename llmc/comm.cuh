@@ -53,8 +53,9 @@ static void nccl_check(ncclResult_t result, const char* file, int line) {
 
 #ifdef USE_NCCL
 // The communicator's use of the GPU, to measure how NCCL shares it with the backward pass that
-// the gradients' moves overlap (README, "Several GPUs"): GPT2_NCCL_CTA_POLICY=default|efficiency|zero
-// and GPT2_NCCL_MAX_CTAS=N set ncclConfig_t's CTAPolicy and maxCTAs; unset, NCCL chooses.
+// the gradients' moves overlap (measured in docs/performance.md, "Several GPUs"):
+// GPT2_NCCL_CTA_POLICY=default|efficiency|zero and GPT2_NCCL_MAX_CTAS=N set ncclConfig_t's
+// CTAPolicy and maxCTAs; unset, NCCL chooses.
 static ncclConfig_t comm_config() {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     if (const char* policy = getenv("GPT2_NCCL_CTA_POLICY")) {
@@ -77,7 +78,7 @@ static ncclConfig_t comm_config() {
 
 // The CTAs (thread blocks on the GPU's multiprocessors) that NCCL may use for the moves that
 // overlap computation, so that they take few multiprocessors from it: GPT2_NCCL_BACKGROUND_CTAS;
-// 0, the default, runs them like the others (fewer measured slower, README "Several GPUs").
+// 0, the default, runs them like the others (fewer measured slower, docs/performance.md).
 static int comm_background_ctas() {
     const char* ctas = getenv("GPT2_NCCL_BACKGROUND_CTAS");
     if (ctas == nullptr) { return 0; }

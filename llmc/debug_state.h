@@ -54,7 +54,7 @@ static inline void debug_state_steps(DebugState* st, const int32_t* header, cons
     r->micro_batches = header[13];
     r->grad_clip = debug_header_float(header, 14);
     r->warmup_steps = header[15];
-    r->schedule = header[16];
+    r->schedule = (Schedule)header[16];
     r->final_lr_frac = debug_header_float(header, 17);
     r->max_steps = st->num_steps;
     if (st->num_steps < 1 || st->num_steps > DEBUG_STATE_MAX_STEPS) {
@@ -103,7 +103,7 @@ static inline void debug_state_header(DebugState* st, const char* path, const Mo
     }
     size_t BT = (size_t)st->B * st->T;
     int64_t expected = 4 * (int64_t)(DEBUG_STATE_HEADER_INTS + 2 * BT + BT * debug_state_logit_columns(st, model) + 1 +
-                                     model_file_num_parameters(model) + 2 * (size_t)st->num_steps);
+                                     count_parameters(model) + 2 * (size_t)st->num_steps);
     int64_t size = file_size(path);
     if (size != expected) {
         fail("%s: %lld bytes, expected %lld for this model and header (truncated or not its state)", path,
@@ -118,7 +118,7 @@ static inline void debug_state_read(DebugState* st, const char* path, const Mode
     size_t logit_columns = debug_state_logit_columns(st, model);
     st->inputs.resize(BT);
     st->targets.resize(BT);
-    st->grads.resize(model_file_num_parameters(model));
+    st->grads.resize(count_parameters(model));
     st->step_losses.resize(st->num_steps);
     st->grad_norms.resize(st->num_steps);
     std::vector<float> logits(BT * logit_columns);

@@ -26,38 +26,35 @@
 
 static const char* const HF_RELU_MODEL_TYPE = "gpt2fp32_relu";
 
-// Where each Hugging Face tensor lives in the model file: tensor index, one slice per layer or
-// not, and its (out, in) shape in units of C (in = 0: a vector). Conv1D weights are stored (in, out).
+// The Hugging Face name of each parameter tensor (llmc/model_file.h's table, in its order), and
+// whether it is a Conv1D weight, stored (in, out) where the model file has (out, in).
 struct HfTensor {
     const char* name;
-    bool per_layer;
-    int out, in;
     bool conv1d;
 };
 
-static const HfTensor HF_TENSORS[MODEL_FILE_TENSORS] = {
-    {"wte.weight", false, 0, 1, false},         {"wpe.weight", false, 0, 1, false},
-    {"ln_1.weight", true, 1, 0, false},         {"ln_1.bias", true, 1, 0, false},
-    {"attn.c_attn.weight", true, 3, 1, true},   {"attn.c_attn.bias", true, 3, 0, false},
-    {"attn.c_proj.weight", true, 1, 1, true},   {"attn.c_proj.bias", true, 1, 0, false},
-    {"ln_2.weight", true, 1, 0, false},         {"ln_2.bias", true, 1, 0, false},
-    {"mlp.c_fc.weight", true, 4, 1, true},      {"mlp.c_fc.bias", true, 4, 0, false},
-    {"mlp.c_proj.weight", true, 1, 4, true},    {"mlp.c_proj.bias", true, 1, 0, false},
-    {"ln_f.weight", false, 1, 0, false},        {"ln_f.bias", false, 1, 0, false},
+constexpr HfTensor HF_TENSORS[] = {
+    {"wte.weight", false},         {"wpe.weight", false},        {"ln_1.weight", false},
+    {"ln_1.bias", false},          {"attn.c_attn.weight", true}, {"attn.c_attn.bias", false},
+    {"attn.c_proj.weight", true},  {"attn.c_proj.bias", false},  {"ln_2.weight", false},
+    {"ln_2.bias", false},          {"mlp.c_fc.weight", true},    {"mlp.c_fc.bias", false},
+    {"mlp.c_proj.weight", true},   {"mlp.c_proj.bias", false},   {"ln_f.weight", false},
+    {"ln_f.bias", false},
 };
+static_assert(sizeof(HF_TENSORS) / sizeof(HF_TENSORS[0]) == NUM_PARAMETER_TENSORS, "one name per parameter tensor");
 
-// The name (without "transformer.") and Hugging Face shape of tensor t of layer l.
+// The name (without "transformer.") of tensor t of layer l.
 static inline std::string hf_tensor_name(int t, int l) {
-    return HF_TENSORS[t].per_layer ? "h." + std::to_string(l) + "." + HF_TENSORS[t].name : HF_TENSORS[t].name;
+    return PARAMETER_TENSORS[t].per_layer ? "h." + std::to_string(l) + "." + HF_TENSORS[t].name : HF_TENSORS[t].name;
 }
 
+// The Hugging Face shape of one copy of tensor t: the model file's, but wte without the padded
+// rows and Conv1D weights transposed.
 static inline std::vector<int64_t> hf_tensor_shape(const ModelShape* s, int t) {
-    int64_t C = s->channels;
-    if (t == 0) { return {s->vocab_size, C}; }
-    if (t == 1) { return {s->max_seq_len, C}; }
-    const HfTensor& h = HF_TENSORS[t];
-    if (h.in == 0) { return {h.out * C}; }
-    return h.conv1d ? std::vector<int64_t>{h.in * C, h.out * C} : std::vector<int64_t>{h.out * C, h.in * C};
+    const ParameterTensor& p = PARAMETER_TENSORS[t];
+    int64_t rows = t == 0 ? s->vocab_size : (int64_t)parameter_dim(s, p.rows), cols = (int64_t)parameter_dim(s, p.cols);
+    if (p.cols == DIM_ONE) { return {rows}; }
+    return HF_TENSORS[t].conv1d ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
 }
 
 // Copies a (rows, cols) matrix into dst transposed (cols, rows).
@@ -131,9 +128,10 @@ static inline void hf_read_config(const char* path, ModelShape* shape, bool* tie
         fail("%s: field n_inner = %lld is not supported (4 n_embd = %d)", path, (long long)inner->integer, 4 * C);
     }
     int V = hf_int_field(&config, "vocab_size", path);
-    *shape = ModelShape{hf_int_field(&config, "n_positions", path), V, hf_int_field(&config, "n_layer", path),
-                        hf_int_field(&config, "n_head", path), C, (V + 127) / 128 * 128,
-                        relu ? MODEL_ATTENTION_RELU : MODEL_ATTENTION_SOFTMAX};
+    *shape = ModelShape{.max_seq_len = hf_int_field(&config, "n_positions", path), .vocab_size = V,
+                        .padded_vocab_size = (V + 127) / 128 * 128, .num_layers = hf_int_field(&config, "n_layer", path),
+                        .num_heads = hf_int_field(&config, "n_head", path), .channels = C,
+                        .attention = relu ? ATTENTION_RELU : ATTENTION_SOFTMAX};
     model_shape_check(shape, path);
 }
 
@@ -191,8 +189,8 @@ static inline void hf_check_names(const char* path, const SafeFile* file, const 
         bool buffer = (n > 10 && name.compare(n - 10, 10, ".attn.bias") == 0) ||
                       (n > 17 && name.compare(n - 17, 17, ".attn.masked_bias") == 0);
         bool known = buffer || name == "lm_head.weight";
-        for (int tensor = 0; tensor < MODEL_FILE_TENSORS && !known; tensor++) {
-            for (int l = 0; l < (HF_TENSORS[tensor].per_layer ? L : 1) && !known; l++) {
+        for (int tensor = 0; tensor < NUM_PARAMETER_TENSORS && !known; tensor++) {
+            for (int l = 0; l < (PARAMETER_TENSORS[tensor].per_layer ? L : 1) && !known; l++) {
                 known = name == prefix + hf_tensor_name(tensor, l);
             }
         }
@@ -214,14 +212,14 @@ static inline void gpt2_from_hf(const char* path, ModelShape* shape, std::vector
     std::string prefix = safetensors_find(&file, "transformer.wte.weight") != NULL ? "transformer." : "";
     int L = shape->num_layers;
     hf_check_names(wpath, &file, prefix, L);
-    size_t sizes[MODEL_FILE_TENSORS];
-    model_file_sizes(shape, sizes);
-    params->assign(model_file_num_parameters(shape), 0.0f);  // the padded vocabulary rows stay 0
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    parameter_sizes(shape, sizes);
+    params->assign(count_parameters(shape), 0.0f);  // the padded vocabulary rows stay 0
     float* tensor = params->data();
-    for (int t = 0; t < MODEL_FILE_TENSORS; t++) {
-        size_t slice = HF_TENSORS[t].per_layer ? sizes[t] / L : sizes[t];
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
+        size_t slice = parameter_slice(shape, t);
         std::vector<int64_t> hf_shape = hf_tensor_shape(shape, t);
-        for (int l = 0; l < (HF_TENSORS[t].per_layer ? L : 1); l++) {
+        for (int l = 0; l < (PARAMETER_TENSORS[t].per_layer ? L : 1); l++) {
             std::vector<float> values = hf_read_tensor(wpath, &file, prefix, hf_tensor_name(t, l), hf_shape);
             float* dst = tensor + (size_t)l * slice;
             if (HF_TENSORS[t].conv1d) {
@@ -271,12 +269,12 @@ static inline void tokenizer_merge_pair(const Tokenizer* tok, uint32_t id, uint3
     for (size_t i = 0; i <= n; i++) { starts[i] = i; }
     for (;;) {
         size_t best = 0;
-        uint32_t best_rank = kNoToken;
+        uint32_t best_rank = NO_TOKEN;
         for (size_t i = 0; i + 2 < starts.size(); i++) {
             uint32_t rank = token_with_bytes(tok, s + starts[i], starts[i + 2] - starts[i]);
             if (rank < id && rank < best_rank) { best = i, best_rank = rank; }
         }
-        if (best_rank == kNoToken) { break; }
+        if (best_rank == NO_TOKEN) { break; }
         starts.erase(starts.begin() + best + 1);
     }
     if (starts.size() != 3) { fail("token %u: its bytes do not merge into two tokens below it (not a BPE vocabulary)", id); }
@@ -287,7 +285,7 @@ static inline void tokenizer_merge_pair(const Tokenizer* tok, uint32_t id, uint3
 static inline void hf_write_text(const std::string& path, const std::string& text) {
     AtomicFile out;
     open_atomic(&out, path.c_str());
-    fwrite_or_fail(text.data(), 1, text.size(), out.file, out.tmp_path);
+    fwrite_or_fail(text.data(), 1, text.size(), out.file, out.tmp_path.c_str());
     commit_atomic(&out);
 }
 
@@ -327,6 +325,18 @@ static inline std::vector<std::string> hf_written_files(const std::string& dir, 
     return files;
 }
 
+// A model from disk: a Hugging Face directory (or its model.safetensors), else a model file.
+static inline void read_any_model(const char* path, ModelShape* shape, std::vector<float>* params) {
+    struct stat st;
+    if (hf_is_model(path)) {
+        gpt2_from_hf(path, shape, params);
+    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fail("%s: a directory without config.json (not a Hugging Face model)", path);
+    } else {
+        model_file_read(path, shape, params);
+    }
+}
+
 // Writes the model (shape, flat parameters) and, unless tok is NULL, the tokenizer as a Hugging
 // Face GPT-2 directory (the files of hf_written_files).
 static inline void gpt2_to_hf(const char* dir, const ModelShape* shape, const float* params, const Tokenizer* tok) {
@@ -336,16 +346,16 @@ static inline void gpt2_to_hf(const char* dir, const ModelShape* shape, const fl
     }
     uint32_t eot = tok != NULL ? tok->eot_token : (uint32_t)shape->vocab_size - 1;
     int L = shape->num_layers;
-    size_t sizes[MODEL_FILE_TENSORS];
-    model_file_sizes(shape, sizes);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    parameter_sizes(shape, sizes);
     std::vector<std::vector<float>> transposed;  // the Conv1D weights, stored (in, out)
     transposed.reserve(4 * (size_t)L);
     std::vector<SafeTensorOut> tensors;
     const float* tensor = params;
-    for (int t = 0; t < MODEL_FILE_TENSORS; t++) {
-        size_t slice = HF_TENSORS[t].per_layer ? sizes[t] / L : sizes[t];
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
+        size_t slice = parameter_slice(shape, t);
         std::vector<int64_t> hf_shape = hf_tensor_shape(shape, t);
-        for (int l = 0; l < (HF_TENSORS[t].per_layer ? L : 1); l++) {
+        for (int l = 0; l < (PARAMETER_TENSORS[t].per_layer ? L : 1); l++) {
             const float* src = tensor + (size_t)l * slice;
             if (HF_TENSORS[t].conv1d) {
                 transposed.emplace_back(slice);
@@ -357,7 +367,7 @@ static inline void gpt2_to_hf(const char* dir, const ModelShape* shape, const fl
         tensor += sizes[t];
     }
     safetensors_write_f32((std::string(dir) + "/model.safetensors").c_str(), tensors, {{"format", "pt"}});
-    bool relu = shape->attention == MODEL_ATTENTION_RELU;
+    bool relu = shape->attention == ATTENTION_RELU;
     char config[2048];
     snprintf(config, sizeof(config),
              "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"%s\",\n  \"vocab_size\": %d,\n"
@@ -368,7 +378,7 @@ static inline void gpt2_to_hf(const char* dir, const ModelShape* shape, const fl
              "  \"reorder_and_upcast_attn\": false,\n  \"tie_word_embeddings\": true,\n  \"bos_token_id\": %u,\n"
              "  \"eos_token_id\": %u,\n  \"torch_dtype\": \"float32\",\n  \"attention\": \"%s\"\n}\n",
              relu ? HF_RELU_MODEL_TYPE : "gpt2", shape->vocab_size, shape->max_seq_len, shape->max_seq_len,
-             shape->channels, L, shape->num_heads, eot, eot, relu ? "relu" : "softmax");
+             shape->channels, L, shape->num_heads, eot, eot, attention_name(shape->attention));
     hf_write_text(std::string(dir) + "/config.json", config);
     if (tok != NULL) { hf_write_tokenizer(dir, tok, shape->max_seq_len); }
 }

@@ -1,7 +1,8 @@
-// The classic GPT-2 fp32 model file on the host: a header of 256 int32 ([0] magic 20240326, [1]
-// version 3, [2..7] maxT V L NH C Vp, [8] the attention kind, [9..10] a checksum: slots other
-// readers ignore), then the 16 parameter tensors in fp32, in the order and shapes of
-// model_file_sizes. The trainer, the test binary and the conversion tools read and write it here.
+// The model's shape and its parameter tensors (one table: name, shape, weight decay,
+// initialisation), and the classic GPT-2 fp32 model file on the host: a header of 256 int32 ([0]
+// magic 20240326, [1] version 3, [2..7] maxT V L NH C Vp, [8] the attention kind, [9..10] a
+// checksum: slots other readers ignore), then the 16 parameter tensors in fp32, in the table's
+// order and shapes. The trainer, the test binary and the conversion tools read and write it here.
 #pragma once
 
 #include <math.h>
@@ -13,36 +14,146 @@
 #include "llmc/checksum.h"
 #include "llmc/utils.h"
 
-static const int MODEL_FILE_MAGIC = 20240326;
-static const int MODEL_FILE_VERSION = 3;
-static const int MODEL_FILE_TENSORS = 16;
-static const char* const MODEL_FILE_TENSOR_NAMES[MODEL_FILE_TENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+constexpr int MODEL_FILE_MAGIC = 20240326;
+constexpr int MODEL_FILE_VERSION = 3;
 // Header slot 9 is 1 when slot 10 holds the CRC32C of the parameters' bytes (files from other
 // writers have 0 there: not checked).
-static const int MODEL_FILE_CHECKSUM_SLOT = 9;
-enum { MODEL_ATTENTION_SOFTMAX = 0, MODEL_ATTENTION_RELU = 1 };
+constexpr int MODEL_FILE_CHECKSUM_SLOT = 9;
 
-struct ModelShape {
-    int max_seq_len, vocab_size, num_layers, num_heads, channels, padded_vocab_size, attention;
-};
+// The attention of a model (header slot 8): softmax, or relu(q.k/sqrt(hs))/(t+1) over the visible
+// keys. ATTENTION_OF_MODEL stands for "the model's own" where a flag may leave it open (-A).
+enum AttentionKind : int32_t { ATTENTION_OF_MODEL = -1, ATTENTION_SOFTMAX = 0, ATTENTION_RELU = 1 };
+constexpr const char* ATTENTION_NAMES[] = {"softmax", "relu"};  // by AttentionKind, as -A spells them
 
-// Tensor sizes in file order: wte (Vp, C), wpe (maxT, C), then per layer ln1w, ln1b (L, C), qkvw
-// (L, 3C, C), qkvb (L, 3C), attprojw (L, C, C), attprojb (L, C), ln2w, ln2b (L, C), fcw (L, 4C, C),
-// fcb (L, 4C), fcprojw (L, C, 4C), fcprojb (L, C), then lnfw, lnfb (C). Weights are (out, in).
-static inline void model_file_sizes(const ModelShape* s, size_t sizes[MODEL_FILE_TENSORS]) {
-    size_t Vp = s->padded_vocab_size, C = s->channels, L = s->num_layers, T = s->max_seq_len;
-    size_t list[MODEL_FILE_TENSORS] = {Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-                                       L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
-    for (int i = 0; i < MODEL_FILE_TENSORS; i++) { sizes[i] = list[i]; }
+static inline const char* attention_name(AttentionKind kind) {
+    return kind == ATTENTION_SOFTMAX || kind == ATTENTION_RELU ? ATTENTION_NAMES[kind] : "the model's";
 }
 
-static inline size_t model_file_num_parameters(const ModelShape* s) {
-    size_t sizes[MODEL_FILE_TENSORS], total = 0;
-    model_file_sizes(s, sizes);
+// The model's shape: header slots 2..8 (in the file's order: maxT V L NH C Vp attention).
+struct ModelShape {
+    int max_seq_len;        // maxT
+    int vocab_size;         // V
+    int padded_vocab_size;  // Vp >= V, a multiple of 128 for aligned matrix products
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+    AttentionKind attention;
+};
+
+// The parameters on the device: one pointer per tensor into one flat array, in the table's order.
+struct ParameterTensors {
+    float* wte;       // (Vp, C)
+    float* wpe;       // (maxT, C)
+    float* ln1w;      // (L, C)
+    float* ln1b;      // (L, C)
+    float* qkvw;      // (L, 3C, C)
+    float* qkvb;      // (L, 3C)
+    float* attprojw;  // (L, C, C)
+    float* attprojb;  // (L, C)
+    float* ln2w;      // (L, C)
+    float* ln2b;      // (L, C)
+    float* fcw;       // (L, 4C, C)
+    float* fcb;       // (L, 4C)
+    float* fcprojw;   // (L, C, 4C)
+    float* fcprojb;   // (L, C)
+    float* lnfw;      // (C)
+    float* lnfb;      // (C)
+};
+
+// A size of a parameter tensor's shape, in terms of the model's shape.
+enum ParameterDim { DIM_ONE, DIM_C, DIM_3C, DIM_4C, DIM_VP, DIM_MAXT };
+// From scratch (GPT-2's): 0, 1, N(0, 0.02), or N(0, 0.02 / sqrt(2L)) for the two projections
+// that add into the residual stream.
+enum ParameterInit { INIT_ZERO, INIT_ONE, INIT_NORMAL, INIT_RESIDUAL };
+
+// The parameter tensors, in the model file's order (which is also the flat array's, the
+// gradients', AdamW's and ZeRO-1's): one copy of (rows, cols) each, or L of them (one per layer).
+// Weights are (out, in); only the 2-D tensors (embeddings, weight matrices) get weight decay.
+using ParameterField = float* ParameterTensors::*;  // which pointer of ParameterTensors
+struct ParameterTensor {
+    const char* name;
+    ParameterField field;
+    bool per_layer;
+    ParameterDim rows, cols;
+    bool decayed;
+    ParameterInit init;
+};
+constexpr ParameterTensor PARAMETER_TENSORS[] = {
+    {"wte", &ParameterTensors::wte, false, DIM_VP, DIM_C, true, INIT_NORMAL},
+    {"wpe", &ParameterTensors::wpe, false, DIM_MAXT, DIM_C, true, INIT_NORMAL},
+    {"ln1w", &ParameterTensors::ln1w, true, DIM_C, DIM_ONE, false, INIT_ONE},
+    {"ln1b", &ParameterTensors::ln1b, true, DIM_C, DIM_ONE, false, INIT_ZERO},
+    {"qkvw", &ParameterTensors::qkvw, true, DIM_3C, DIM_C, true, INIT_NORMAL},
+    {"qkvb", &ParameterTensors::qkvb, true, DIM_3C, DIM_ONE, false, INIT_ZERO},
+    {"attprojw", &ParameterTensors::attprojw, true, DIM_C, DIM_C, true, INIT_RESIDUAL},
+    {"attprojb", &ParameterTensors::attprojb, true, DIM_C, DIM_ONE, false, INIT_ZERO},
+    {"ln2w", &ParameterTensors::ln2w, true, DIM_C, DIM_ONE, false, INIT_ONE},
+    {"ln2b", &ParameterTensors::ln2b, true, DIM_C, DIM_ONE, false, INIT_ZERO},
+    {"fcw", &ParameterTensors::fcw, true, DIM_4C, DIM_C, true, INIT_NORMAL},
+    {"fcb", &ParameterTensors::fcb, true, DIM_4C, DIM_ONE, false, INIT_ZERO},
+    {"fcprojw", &ParameterTensors::fcprojw, true, DIM_C, DIM_4C, true, INIT_RESIDUAL},
+    {"fcprojb", &ParameterTensors::fcprojb, true, DIM_C, DIM_ONE, false, INIT_ZERO},
+    {"lnfw", &ParameterTensors::lnfw, false, DIM_C, DIM_ONE, false, INIT_ONE},
+    {"lnfb", &ParameterTensors::lnfb, false, DIM_C, DIM_ONE, false, INIT_ZERO},
+};
+constexpr int NUM_PARAMETER_TENSORS = sizeof(PARAMETER_TENSORS) / sizeof(PARAMETER_TENSORS[0]);
+
+// The table names each field of ParameterTensors once: as many entries as fields, none twice.
+constexpr bool parameter_fields_distinct() {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        for (int j = 0; j < i; j++) {
+            if (PARAMETER_TENSORS[i].field == PARAMETER_TENSORS[j].field) { return false; }
+        }
+    }
+    return true;
+}
+static_assert(sizeof(ParameterTensors) == NUM_PARAMETER_TENSORS * sizeof(float*) && parameter_fields_distinct(),
+              "PARAMETER_TENSORS must list every field of ParameterTensors once");
+
+static inline size_t parameter_dim(const ModelShape* s, ParameterDim dim) {
+    size_t C = s->channels;
+    switch (dim) {
+        case DIM_C: return C;
+        case DIM_3C: return 3 * C;
+        case DIM_4C: return 4 * C;
+        case DIM_VP: return s->padded_vocab_size;
+        case DIM_MAXT: return s->max_seq_len;
+        default: return 1;
+    }
+}
+
+// The floats of one copy of tensor t (one layer's, for a per-layer tensor).
+static inline size_t parameter_slice(const ModelShape* s, int t) {
+    return parameter_dim(s, PARAMETER_TENSORS[t].rows) * parameter_dim(s, PARAMETER_TENSORS[t].cols);
+}
+
+// The floats of each tensor, in table order.
+static inline void parameter_sizes(const ModelShape* s, size_t sizes[NUM_PARAMETER_TENSORS]) {
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
+        sizes[t] = parameter_slice(s, t) * (PARAMETER_TENSORS[t].per_layer ? (size_t)s->num_layers : 1);
+    }
+}
+
+static inline size_t count_parameters(const ModelShape* s) {
+    size_t sizes[NUM_PARAMETER_TENSORS], total = 0;
+    parameter_sizes(s, sizes);
     for (size_t size : sizes) { total += size; }
     return total;
+}
+
+// GPT-2's shapes by depth (d12 small, 124M; d24 medium; d36 large; d48 XL), softmax attention:
+// false for any other name.
+static inline bool model_shape_by_depth(const char* name, ModelShape* shape) {
+    const int depths[4] = {12, 24, 36, 48}, heads[4] = {12, 16, 20, 25}, channels[4] = {768, 1024, 1280, 1600};
+    for (int i = 0; i < 4; i++) {
+        if (std::string(name) == "d" + std::to_string(depths[i])) {
+            *shape = ModelShape{.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304,
+                                .num_layers = depths[i], .num_heads = heads[i], .channels = channels[i],
+                                .attention = ATTENTION_SOFTMAX};
+            return true;
+        }
+    }
+    return false;
 }
 
 // The parameter count without overflow, for checking a shape read from a file.
@@ -65,7 +176,7 @@ static inline std::string model_shape_problem(const ModelShape* s) {
     } else if (model_file_exact_parameters(s) > ((unsigned __int128)1 << 40)) {
         snprintf(message, sizeof(message), "over 2^40 parameters (maxT=%d V=%d Vp=%d L=%d C=%d)", s->max_seq_len,
                  s->vocab_size, s->padded_vocab_size, s->num_layers, s->channels);
-    } else if (s->attention != MODEL_ATTENTION_SOFTMAX && s->attention != MODEL_ATTENTION_RELU) {
+    } else if (s->attention != ATTENTION_SOFTMAX && s->attention != ATTENTION_RELU) {
         snprintf(message, sizeof(message), "unknown attention kind %d (0 softmax, 1 relu)", s->attention);
     } else {
         return "";
@@ -80,11 +191,11 @@ static inline void model_shape_check(const ModelShape* s, const char* source) {
 
 // The first non-finite value among n floats of the model file's tensors, as "ln1w[17]", or "".
 static inline std::string model_file_first_nonfinite(const ModelShape* s, const float* params) {
-    size_t sizes[MODEL_FILE_TENSORS], begin = 0;
-    model_file_sizes(s, sizes);
-    for (int t = 0; t < MODEL_FILE_TENSORS; t++) {
+    size_t sizes[NUM_PARAMETER_TENSORS], begin = 0;
+    parameter_sizes(s, sizes);
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
         size_t bad = first_nonfinite(params + begin, sizes[t]);
-        if (bad < sizes[t]) { return std::string(MODEL_FILE_TENSOR_NAMES[t]) + "[" + std::to_string(bad) + "]"; }
+        if (bad < sizes[t]) { return std::string(PARAMETER_TENSORS[t].name) + "[" + std::to_string(bad) + "]"; }
         begin += sizes[t];
     }
     return "";
@@ -115,13 +226,15 @@ static inline bool model_file_load(const char* path, ModelShape* shape, std::vec
                  path, header[0], header[1], MODEL_FILE_MAGIC, MODEL_FILE_VERSION);
         return refuse(file);
     }
-    *shape = ModelShape{header[2], header[3], header[4], header[5], header[6], header[7], header[8]};
+    *shape = ModelShape{.max_seq_len = header[2], .vocab_size = header[3], .padded_vocab_size = header[7],
+                        .num_layers = header[4], .num_heads = header[5], .channels = header[6],
+                        .attention = (AttentionKind)header[8]};
     std::string shape_problem = model_shape_problem(shape);
     if (!shape_problem.empty()) {
         snprintf(message, sizeof(message), "%s: %s", path, shape_problem.c_str());
         return refuse(file);
     }
-    size_t count = model_file_num_parameters(shape);
+    size_t count = count_parameters(shape);
     int64_t expected = 256 * sizeof(int32_t) + (int64_t)count * sizeof(float);
     if (file_size(path) != expected) {
         snprintf(message, sizeof(message), "%s: %lld bytes, expected %lld for its shape (truncated or corrupt)", path,
@@ -158,7 +271,7 @@ static inline void model_file_read(const char* path, ModelShape* shape, std::vec
 static inline void model_file_write(const char* path, const ModelShape* shape, const float* params) {
     std::string bad = model_file_first_nonfinite(shape, params);
     if (!bad.empty()) { fail("%s: not written, %s is not finite (the previous files are kept)", path, bad.c_str()); }
-    size_t count = model_file_num_parameters(shape);
+    size_t count = count_parameters(shape);
     int32_t header[256] = {MODEL_FILE_MAGIC,      MODEL_FILE_VERSION, shape->max_seq_len, shape->vocab_size,
                            shape->num_layers,     shape->num_heads,   shape->channels,    shape->padded_vocab_size,
                            shape->attention};

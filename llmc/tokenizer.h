@@ -32,7 +32,7 @@
 constexpr int32_t TOKENIZER_BIN_MAGIC = 20240328;
 constexpr int TOKENIZER_BIN_HEADER_INTS = 256;
 constexpr uint32_t GPT2_EOT_TOKEN = 50256;  // the end-of-text id a version 1 .bin implies
-constexpr uint32_t kNoToken = UINT32_MAX;
+constexpr uint32_t NO_TOKEN = UINT32_MAX;
 
 struct Tokenizer {
     uint32_t vocab_size = 0;
@@ -193,15 +193,15 @@ inline size_t find_rank_slot(const Tokenizer* tok, const uint8_t* s, size_t n, u
     }
 }
 
-// The id of the token with exactly these bytes (the end-of-text token excluded), or kNoToken.
+// The id of the token with exactly these bytes (the end-of-text token excluded), or NO_TOKEN.
 inline uint32_t token_with_bytes(const Tokenizer* tok, const uint8_t* s, size_t n, uint64_t hash) {
-    if (n > tok->max_token_len) { return kNoToken; }
+    if (n > tok->max_token_len) { return NO_TOKEN; }
     uint64_t slot = tok->rank_slots[find_rank_slot(tok, s, n, hash)];
-    return slot == 0 ? kNoToken : (uint32_t)slot - 1;
+    return slot == 0 ? NO_TOKEN : (uint32_t)slot - 1;
 }
 
 inline uint32_t token_with_bytes(const Tokenizer* tok, const uint8_t* s, size_t n) {
-    return n > tok->max_token_len ? kNoToken : token_with_bytes(tok, s, n, hash_bytes(s, n));
+    return n > tok->max_token_len ? NO_TOKEN : token_with_bytes(tok, s, n, hash_bytes(s, n));
 }
 
 // ----------------------------------------------------------------------------
@@ -227,7 +227,7 @@ inline void bpe_merge_linear(const Tokenizer* tok, const uint8_t* s, size_t n, s
         for (size_t i = 1; i + 1 < parts; i++) {
             if (pair_ranks[i] < pair_ranks[best]) { best = i; }
         }
-        if (pair_ranks[best] == kNoToken) { break; }
+        if (pair_ranks[best] == NO_TOKEN) { break; }
         ids[best] = pair_ranks[best];
         // part best + 1 is absorbed: shift the later parts (and their pairs) down by one
         for (size_t i = best + 1; i < parts; i++) { starts[i] = starts[i + 1]; }
@@ -260,7 +260,7 @@ inline void bpe_merge_heap(const Tokenizer* tok, const uint8_t* s, size_t n, std
         if (mid >= n) { return; }
         uint32_t end = next[mid];
         uint32_t rank = token_with_bytes(tok, s + left, end - left);
-        if (rank == kNoToken) { return; }
+        if (rank == NO_TOKEN) { return; }
         heap.push_back({rank, left, mid, end});
         std::push_heap(heap.begin(), heap.end(), merges_after);
     };
@@ -344,7 +344,7 @@ inline void encode_piece(const Tokenizer* tok, PieceCache* cache, const uint8_t*
                          std::vector<uint32_t>* out) {
     if (n > CACHED_PIECE_MAX_LEN) {
         uint32_t id = token_with_bytes(tok, s, n);
-        if (id != kNoToken) {
+        if (id != NO_TOKEN) {
             out->push_back(id);
         } else {
             bpe_merge(tok, s, n, out);
@@ -353,7 +353,7 @@ inline void encode_piece(const Tokenizer* tok, PieceCache* cache, const uint8_t*
     }
     uint64_t hash = hash_bytes(s, n);
     uint32_t id = token_with_bytes(tok, s, n, hash);
-    if (id != kNoToken) {
+    if (id != NO_TOKEN) {
         out->push_back(id);
         return;
     }
@@ -444,7 +444,7 @@ inline void tokenizer_build(Tokenizer* tok, const char* path, const std::vector<
     for (int b = 0; b < 256; b++) {
         uint8_t byte = (uint8_t)b;
         tok->byte_token[b] = token_with_bytes(tok, &byte, 1);
-        if (tok->byte_token[b] == kNoToken) { fail("%s: no token for the byte 0x%02X", path, b); }
+        if (tok->byte_token[b] == NO_TOKEN) { fail("%s: no token for the byte 0x%02X", path, b); }
     }
     tok->serial = next_serial++;
     char_class_table();  // build the process-wide class table now rather than in the first encode
@@ -557,7 +557,7 @@ inline void load_tokenizer_json(Tokenizer* tok, const char* path, const std::vec
     if (entries.empty()) { fail("%s: the vocabulary is empty", path); }
     std::vector<std::string> tokens(entries.size());
     std::vector<bool> seen(entries.size(), false);
-    uint32_t eot = kNoToken;
+    uint32_t eot = NO_TOKEN;
     for (const auto& entry : entries) {
         uint32_t id = entry.first;
         if (id >= entries.size()) { fail("%s: id %u out of range: ids must be 0..%zu", path, id, entries.size() - 1); }
@@ -567,7 +567,7 @@ inline void load_tokenizer_json(Tokenizer* tok, const char* path, const std::vec
         if (entry.second == EOT) { eot = id; }
         if (entry.second.empty()) { fail("%s: token %u is empty", path, id); }
     }
-    if (eot == kNoToken) { fail("%s: no \"%s\" entry", path, EOT); }
+    if (eot == NO_TOKEN) { fail("%s: no \"%s\" entry", path, EOT); }
     tokenizer_build(tok, path, tokens, eot);
 }
 

@@ -124,8 +124,7 @@ static inline bool file_exists(const char* path) { return access(path, F_OK) == 
 // naming `path`.
 struct AtomicFile {
     FILE* file;
-    char path[4096];
-    char tmp_path[4096 + 128];
+    std::string path, tmp_path;  // the final name, and the name it is written under until the rename
 };
 
 // A PID means something only on its host: temporary-file names carry the host too, so that
@@ -152,25 +151,24 @@ static inline void atomic_host_name(char out[ATOMIC_HOST_MAX + 1]) {
 }
 
 static inline void open_atomic(AtomicFile* af, const char* path) {
-    if (strlen(path) >= sizeof(af->path)) { fail("path too long: %s", path); }
-    strcpy(af->path, path);
     char host[ATOMIC_HOST_MAX + 1];
     atomic_host_name(host);
-    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp.%s.%d", path, host, (int)getpid());
-    af->file = fopen_or_fail(af->tmp_path, "wb");
+    af->path = path;
+    af->tmp_path = af->path + ".tmp." + host + "." + std::to_string((int)getpid());
+    af->file = fopen_or_fail(af->tmp_path.c_str(), "wb");
 }
 
 // Drops an unfinished atomic write (on an error path that does not exit).
 static inline void abort_atomic(AtomicFile* af) {
     if (af->file != nullptr) { fclose(af->file); }
     af->file = nullptr;
-    remove(af->tmp_path);
+    remove(af->tmp_path.c_str());
 }
 
 // Drops the write and fails with the reason (an errno value), naming the final path.
 [[noreturn]] static inline void fail_atomic(AtomicFile* af, int error) {
     abort_atomic(af);
-    fail("writing %s: %s (the previous files are kept)", af->path, strerror(error));
+    fail("writing %s: %s (the previous files are kept)", af->path.c_str(), strerror(error));
 }
 
 static inline void atomic_write_or_fail(AtomicFile* af, const void* src, size_t size, size_t count) {
@@ -203,7 +201,7 @@ static inline void commit_atomic(AtomicFile* af) {
     int closed = fclose(af->file);
     af->file = nullptr;  // closed even when fclose reports an error
     if (closed != 0) { fail_atomic(af, errno); }
-    if (rename(af->tmp_path, af->path) != 0) { fail_atomic(af, errno); }
+    if (rename(af->tmp_path.c_str(), af->path.c_str()) != 0) { fail_atomic(af, errno); }
     fsync_dir_or_fail(parent_dir(af->path).c_str());
 }
 

@@ -131,9 +131,9 @@ int main(int argc, char** argv) {
     Buffers d = {};
     for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
         if (sizes[t] % 4 != 0) { fail("tensor %d: size %zu not a multiple of 4 (variant 2)", t, sizes[t]); }
-        d.table.end[t] = d.n += sizes[t];
     }
-    d.table.decay_mask = DECAYED_TENSORS;
+    d.table = tensor_table(sizes);
+    d.n = d.table.end[NUM_PARAMETER_TENSORS - 1];
     int step = 3;  // bias corrections of the third update
     float beta1 = 0.9f, beta2 = 0.95f;
     d.h = Hyper{6e-4f, beta1, beta2, 1e-8f, 0.1f, 1.0f - powf(beta1, step), sqrtf(1.0f - powf(beta2, step))};

@@ -443,9 +443,9 @@ static double gelu_tanh_grad(double x) {
 
 // The sizes of GPT-2 124M's 16 parameter tensors, as the trainer lays them out.
 static void gpt2_124m_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS]) {
-    GPT2Config config = {};
-    if (!gpt2_config_by_depth("d12", &config)) { fail("no d12 config"); }
-    parameter_sizes(sizes, &config);
+    ModelShape config = {};
+    if (!model_shape_by_depth("d12", &config)) { fail("no d12 config"); }
+    parameter_sizes(&config, sizes);
 }
 
 // Row indices spread over [0, rows): the rows a CPU check covers when all would take too long.

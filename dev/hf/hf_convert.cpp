@@ -67,7 +67,7 @@ static void import_model(const char* hf_path, const char* model_path, const Conv
     gpt2_from_hf(hf_path, &shape, &params);
     model_file_write(model_path, &shape, params.data());
     printf("wrote %s (L=%d NH=%d C=%d V=%d, %s attention) from %s\n", model_path, shape.num_layers, shape.num_heads,
-           shape.channels, shape.vocab_size, shape.attention == MODEL_ATTENTION_RELU ? "relu" : "softmax", hf_path);
+           shape.channels, shape.vocab_size, attention_name(shape.attention), hf_path);
 }
 
 int main(int argc, char** argv) {

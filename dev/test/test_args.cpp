@@ -40,7 +40,7 @@ TEST(defaults) {
     CHECK(parse({}, &a) == "");
     const RunShape& r = a.shape;
     CHECK(r.B == 4 && r.T == 1024 && r.micro_batches == 1 && r.max_steps == -1 && r.warmup_steps == 0);
-    CHECK(r.schedule == SCHEDULE_COSINE && r.attention == -1 && r.use_tf32 == 1 && r.overfit_single_batch == 0);
+    CHECK(r.schedule == SCHEDULE_COSINE && r.attention == ATTENTION_OF_MODEL && r.use_tf32 == 1 && r.overfit_single_batch == 0);
     CHECK(r.lr == 3e-4f && r.final_lr_frac == 0.0f && r.weight_decay == 0.0f && r.beta1 == 0.9f && r.beta2 == 0.95f);
     CHECK(r.eps == 1e-8f && r.grad_clip == 1.0f && r.seed == 1337 && r.spike_z == 6.0f && r.spike_window == 64);
     CHECK(a.train_pattern.empty() && a.val_pattern.empty() && a.tokenizer.empty() && strcmp(a.model, "d12") == 0);
@@ -59,9 +59,9 @@ TEST(data_and_model_flags) {
     CHECK(parse({"-i", "tr_*.bin", "-j", "va_*.bin", "-e", "d24", "-A", "relu", "--seed", "-3", "-o", "out",
                  "--tokenizer", "v.json", "--rendezvous-dir", "meet"}, &a) == "");
     CHECK(a.train_pattern == "tr_*.bin" && a.val_pattern == "va_*.bin" && strcmp(a.model, "d24") == 0);
-    CHECK(a.shape.attention == 1 && a.shape.seed == (uint64_t)-3 && strcmp(a.output_dir, "out") == 0);
+    CHECK(a.shape.attention == ATTENTION_RELU && a.shape.seed == (uint64_t)-3 && strcmp(a.output_dir, "out") == 0);
     CHECK(a.tokenizer == "v.json" && strcmp(a.rendezvous_dir, "meet") == 0);
-    CHECK(parse({"-A", "softmax"}, &a) == "" && a.shape.attention == 0);
+    CHECK(parse({"-A", "softmax"}, &a) == "" && a.shape.attention == ATTENTION_SOFTMAX);
 }
 
 TEST(batch_and_optimisation_flags) {
@@ -227,6 +227,24 @@ TEST(usage_names_every_flag) {
         CHECK(named);
     }
     CHECK(usage.find("(default 6)") != std::string::npos);  // -sg's default, printed from SPIKE_Z_DEFAULT
+}
+
+// A resumed run's flags against the saved ones: the first differing field's flag, bit for bit.
+TEST(resume_mismatch_names_the_flag) {
+    RunShape saved = args_default_shape(), current = saved;
+    CHECK(run_shape_mismatch(saved, current) == nullptr);
+    auto flag_of = [&](auto change) {
+        current = saved;
+        change(&current);
+        const char* flag = run_shape_mismatch(saved, current);
+        return std::string(flag == nullptr ? "" : flag);
+    };
+    CHECK(flag_of([](RunShape* r) { r->lr = 1e-3f; }) == "-l");
+    CHECK(flag_of([](RunShape* r) { r->schedule = SCHEDULE_LINEAR; }) == "-k");
+    CHECK(flag_of([](RunShape* r) { r->seed = 7; }) == "--seed");
+    CHECK(flag_of([](RunShape* r) { r->spike_window = 32; }) == "--spike-window");
+    CHECK(flag_of([](RunShape* r) { r->weight_decay = -0.0f; }) == "-c");  // equal to 0.0f, other bits
+    CHECK(flag_of([](RunShape* r) { r->attention = ATTENTION_RELU; }) == "");  // the model file's, checked there
 }
 
 TEST_MAIN()

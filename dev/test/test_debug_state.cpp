@@ -14,7 +14,8 @@
 // ----------------------------------------------------------------------------
 // helpers
 
-static const ModelShape kModel = {8, 10, 1, 1, 4, 12, MODEL_ATTENTION_SOFTMAX};  // maxT V L NH C Vp attention
+static const ModelShape kModel = {.max_seq_len = 8, .vocab_size = 10, .padded_vocab_size = 12, .num_layers = 1,
+                                  .num_heads = 1, .channels = 4, .attention = ATTENTION_SOFTMAX};
 static const size_t kMaxRows = 16;
 
 template <typename T>
@@ -53,7 +54,7 @@ static std::string state_bytes(int version, int B, int T, int steps = 2) {
         }
     }
     append(&bytes, 2.25f);
-    for (size_t i = 0; i < model_file_num_parameters(&kModel); i++) { append(&bytes, grad_at(i)); }
+    for (size_t i = 0; i < count_parameters(&kModel); i++) { append(&bytes, grad_at(i)); }
     for (int s = 0; s < (classic ? 0 : steps); s++) { append(&bytes, 2.0f - 0.1f * s); }
     for (int s = 0; s < (classic ? 0 : steps); s++) { append(&bytes, 1.0f + s); }
     return bytes;
@@ -88,7 +89,7 @@ static DebugState read_bytes(const std::string& bytes) {
 static bool holds_the_written_values(const DebugState& st) {
     size_t BT = (size_t)st.B * st.T, Vp = kModel.padded_vocab_size;
     bool same = st.inputs.size() == BT && st.targets.size() == BT && st.logits.size() == BT * Vp && st.loss == 2.25f &&
-                st.grads.size() == model_file_num_parameters(&kModel);
+                st.grads.size() == count_parameters(&kModel);
     for (size_t i = 0; same && i < BT; i++) { same = st.inputs[i] == input_at(i) && st.targets[i] == target_at(i); }
     for (size_t i = 0; same && i < BT * Vp; i++) {
         size_t row = i / Vp, column = i % Vp;
@@ -144,7 +145,7 @@ TEST(hostile_steps) {
 
 TEST(another_model_or_format) {
     CHECK(refused(with_slots({{4, 11}}), "V=11 Vp=12 attention=0, but the model has V=10 Vp=12 attention=0"));
-    CHECK(refused(with_slots({{6, MODEL_ATTENTION_RELU}}),
+    CHECK(refused(with_slots({{6, ATTENTION_RELU}}),
                   "V=10 Vp=12 attention=1, but the model has V=10 Vp=12 attention=0"));
     CHECK(refused(with_slots({{0, 20240326}}), "bad magic 20240326, expected 20240327 (not a debug state file)"));
     CHECK(refused(with_slots({{1, 3}}), "version 3 not supported, expected 4 (train_gpt2.py) or 2 (classic)"));

@@ -37,7 +37,8 @@ static DataLoader loader_of(std::vector<std::string> paths, std::vector<int64_t>
 TEST(run_fingerprint_covers_each_part) {
     RunShape shape = {};
     shape.B = 4;
-    ModelShape model = {1024, 50257, 12, 12, 768, 50304, 0};
+    ModelShape model = {.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 12,
+                        .num_heads = 12, .channels = 768, .attention = ATTENTION_SOFTMAX};
     DataLoader train = loader_of({"a.bin", "b.bin"}, {1000, 2000}), val = loader_of({"v.bin"}, {500});
     uint64_t base = run_fingerprint(&shape, &model, &train, &val, -1);
     CHECK(run_fingerprint(&shape, &model, &train, &val, -1) == base);

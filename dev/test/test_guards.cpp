@@ -370,8 +370,8 @@ TEST(temp_names_spell_the_host) {
     CHECK(!host.empty() && host.find_first_not_of(spelled_chars) == std::string::npos);
     AtomicFile af;
     open_atomic(&af, "/tmp/x");
-    CHECK(std::string(af.tmp_path) == temp_name("/tmp/x", getpid()));
-    CHECK(atomic_temp_pid(af.tmp_path, host.c_str()) == getpid());
+    CHECK(af.tmp_path == temp_name("/tmp/x", getpid()));
+    CHECK(atomic_temp_pid(af.tmp_path.c_str(), host.c_str()) == getpid());
     abort_atomic(&af);
 }
 

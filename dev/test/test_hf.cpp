@@ -168,8 +168,9 @@ TEST(merges_from_the_vocabulary) {
     uint32_t left, right;
     tokenizer_merge_pair(&tok, 256, &left, &right);  // GPT-2's first merge: " t"
     CHECK(left == 220 && right == 83);
-    ModelShape shape = {8, 50257, 1, 1, 32, 50304, MODEL_ATTENTION_SOFTMAX};
-    std::vector<float> params(model_file_num_parameters(&shape), 0.25f);
+    ModelShape shape = {.max_seq_len = 8, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 1,
+                        .num_heads = 1, .channels = 32, .attention = ATTENTION_SOFTMAX};
+    std::vector<float> params(count_parameters(&shape), 0.25f);
     std::string dir = make_temp_dir("test_hf");
     gpt2_to_hf(dir.c_str(), &shape, params.data(), &tok);
     std::string merges = read_file(dir + "/merges.txt");
@@ -187,6 +188,21 @@ TEST(merges_from_the_vocabulary) {
     CHECK(space_t != NULL && space_t->integer == 256);
     remove_dir(dir);
     tokenizer_free(&tok);
+}
+
+// The table of parameter tensors: GPT-2 124M's count, the exact formula, decay on the 2-D tensors only.
+TEST(parameter_table_gives_gpt2_shapes) {
+    ModelShape d12;
+    CHECK(model_shape_by_depth("d12", &d12) && !model_shape_by_depth("d13", &d12) && d12.num_heads == 12);
+    CHECK(count_parameters(&d12) == 124475904);  // GPT-2 124M with the vocabulary padded to 50304
+    for (const char* name : {"d12", "d24", "d36", "d48"}) {
+        ModelShape shape;
+        CHECK(model_shape_by_depth(name, &shape) && count_parameters(&shape) == model_file_exact_parameters(&shape));
+    }
+    for (const ParameterTensor& t : PARAMETER_TENSORS) { CHECK(t.decayed == (t.cols != DIM_ONE)); }
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    parameter_sizes(&d12, sizes);
+    CHECK(sizes[0] == 50304u * 768 && sizes[4] == 12u * 3 * 768 * 768 && sizes[15] == 768);
 }
 
 // Found by fuzzing: a header whose parameter count wraps to 0 in 64 bits (L = 2^31-1, C = 2^30).

@@ -28,7 +28,7 @@ static RunState sample_state(size_t P) {
                        .max_steps = 100,
                        .warmup_steps = 3,
                        .schedule = SCHEDULE_COSINE,
-                       .attention = 0,
+                       .attention = ATTENTION_SOFTMAX,
                        .use_tf32 = 1,
                        .overfit_single_batch = 0,
                        .lr = 6e-4f,
