@@ -24,7 +24,7 @@
 #include "llmc/tokenizer.h"
 #include "llmc/utf8.h"
 
-static const char* const HF_RELU_MODEL_TYPE = "gpt2fp32_relu";
+constexpr const char* HF_RELU_MODEL_TYPE = "gpt2fp32_relu";
 
 // The Hugging Face name of each parameter tensor (llmc/model_file.h's table, in its order), and
 // whether it is a Conv1D weight, stored (in, out) where the model file has (out, in).

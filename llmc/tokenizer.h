@@ -70,9 +70,9 @@ inline void mark_ranges(std::vector<uint8_t>* flat, const uint32_t (&ranges)[N][
 
 inline CharClassTable build_char_class_table() {
     std::vector<uint8_t> flat(NUM_CODE_POINTS, CHAR_OTHER);
-    mark_ranges(&flat, kUnicodeLetterRanges, CHAR_LETTER);
-    mark_ranges(&flat, kUnicodeNumberRanges, CHAR_NUMBER);
-    mark_ranges(&flat, kUnicodeWhiteSpaceRanges, CHAR_SPACE);
+    mark_ranges(&flat, UNICODE_LETTER_RANGES, CHAR_LETTER);
+    mark_ranges(&flat, UNICODE_NUMBER_RANGES, CHAR_NUMBER);
+    mark_ranges(&flat, UNICODE_WHITE_SPACE_RANGES, CHAR_SPACE);
     CharClassTable table;
     std::unordered_map<std::string, uint16_t> index_of_block;
     for (uint32_t b = 0; b < NUM_CODE_POINTS / CLASS_BLOCK_SIZE; b++) {

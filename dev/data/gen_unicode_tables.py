@@ -44,7 +44,7 @@ def c_array(name, ranges):
     """A C array of {first, last} pairs, four per line."""
     cells = ["{0x%04X, 0x%04X}" % r for r in ranges]
     lines = ["    " + ", ".join(cells[i:i + 4]) + "," for i in range(0, len(cells), 4)]
-    return "static const uint32_t %s[%d][2] = {\n%s\n};\n" % (name, len(ranges), "\n".join(lines))
+    return "constexpr uint32_t %s[%d][2] = {\n%s\n};\n" % (name, len(ranges), "\n".join(lines))
 
 
 def main():
@@ -65,9 +65,9 @@ def main():
         "",
     ]
     body = [
-        c_array("kUnicodeLetterRanges", ranges_with_category_prefix("L")),
-        c_array("kUnicodeNumberRanges", ranges_with_category_prefix("N")),
-        c_array("kUnicodeWhiteSpaceRanges", WHITE_SPACE),
+        c_array("UNICODE_LETTER_RANGES", ranges_with_category_prefix("L")),
+        c_array("UNICODE_NUMBER_RANGES", ranges_with_category_prefix("N")),
+        c_array("UNICODE_WHITE_SPACE_RANGES", WHITE_SPACE),
     ]
     with open(OUT_PATH, "w") as f:
         f.write("\n".join(header) + "\n" + "\n".join(body))

@@ -14,17 +14,17 @@
 #include "dev/test/fuzz_input.h"
 #include "llmc/debug_state.h"
 
-static const ModelShape kModel = {.max_seq_len = 8, .vocab_size = 10, .padded_vocab_size = 12, .num_layers = 1,
+constexpr ModelShape MODEL = {.max_seq_len = 8, .vocab_size = 10, .padded_vocab_size = 12, .num_layers = 1,
                                   .num_heads = 1, .channels = 4, .attention = ATTENTION_SOFTMAX};
-static const size_t kMaxRows = 16;
+constexpr size_t MAX_ROWS = 16;
 
 static void check_accepted(const DebugState& st, size_t size) {
     bool classic = st.version == DEBUG_STATE_CLASSIC;
     if (!classic && st.version != DEBUG_STATE_VERSION) { __builtin_trap(); }
-    if (st.B < 1 || st.T < 1 || st.T > kModel.max_seq_len || (size_t)st.B * st.T > kMaxRows) { __builtin_trap(); }
+    if (st.B < 1 || st.T < 1 || st.T > MODEL.max_seq_len || (size_t)st.B * st.T > MAX_ROWS) { __builtin_trap(); }
     if (classic ? st.num_steps != 0 : st.num_steps < 1 || st.B % st.shape.micro_batches != 0) { __builtin_trap(); }
-    size_t BT = (size_t)st.B * st.T, V = kModel.vocab_size, Vp = kModel.padded_vocab_size;
-    size_t P = count_parameters(&kModel), columns = classic ? V : Vp, steps = st.num_steps;
+    size_t BT = (size_t)st.B * st.T, V = MODEL.vocab_size, Vp = MODEL.padded_vocab_size;
+    size_t P = count_parameters(&MODEL), columns = classic ? V : Vp, steps = st.num_steps;
     if (size != 4 * (256 + 2 * BT + BT * columns + 1 + P + 2 * steps)) { __builtin_trap(); }
     if (st.inputs.size() != BT || st.targets.size() != BT || st.logits.size() != BT * Vp || st.grads.size() != P) {
         __builtin_trap();
@@ -44,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = fuzz_input_path(data, size);
     try {
         DebugState st;
-        debug_state_read(&st, path, &kModel, kMaxRows);
+        debug_state_read(&st, path, &MODEL, MAX_ROWS);
         check_accepted(st, size);
     } catch (const FailError&) {
     }

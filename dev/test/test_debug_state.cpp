@@ -14,9 +14,9 @@
 // ----------------------------------------------------------------------------
 // helpers
 
-static const ModelShape kModel = {.max_seq_len = 8, .vocab_size = 10, .padded_vocab_size = 12, .num_layers = 1,
+constexpr ModelShape MODEL = {.max_seq_len = 8, .vocab_size = 10, .padded_vocab_size = 12, .num_layers = 1,
                                   .num_heads = 1, .channels = 4, .attention = ATTENTION_SOFTMAX};
-static const size_t kMaxRows = 16;
+constexpr size_t MAX_ROWS = 16;
 
 template <typename T>
 static void append(std::string* bytes, T value) { bytes->append((const char*)&value, sizeof(value)); }
@@ -24,17 +24,17 @@ static void append(std::string* bytes, T value) { bytes->append((const char*)&va
 static void set_int(std::string* bytes, int slot, int32_t value) { memcpy(&(*bytes)[4 * slot], &value, 4); }
 
 // Every value is a function of its position, for the reader's output to be checked against.
-static int input_at(size_t i) { return (int)(i % kModel.vocab_size); }
-static int target_at(size_t i) { return (int)((i + 3) % kModel.vocab_size); }
+static int input_at(size_t i) { return (int)(i % MODEL.vocab_size); }
+static int target_at(size_t i) { return (int)((i + 3) % MODEL.vocab_size); }
 static float logit_at(size_t row, size_t column) { return 0.5f * row - 0.01f * column; }
 static float grad_at(size_t i) { return 1e-3f * i; }
 
-// A debug state of `version` for kModel: B x T tokens and, for version 4, `steps` AdamW steps.
+// A debug state of `version` for MODEL: B x T tokens and, for version 4, `steps` AdamW steps.
 static std::string state_bytes(int version, int B, int T, int steps = 2) {
     std::string bytes;
     bool classic = version == DEBUG_STATE_CLASSIC;
-    int32_t head[8] = {DEBUG_STATE_MAGIC,         version,          B, T, kModel.vocab_size,
-                       kModel.padded_vocab_size, kModel.attention, steps};
+    int32_t head[8] = {DEBUG_STATE_MAGIC,         version,          B, T, MODEL.vocab_size,
+                       MODEL.padded_vocab_size, MODEL.attention, steps};
     for (int i = 0; i < (classic ? 4 : 8); i++) { append(&bytes, head[i]); }
     if (!classic) {  // lr, beta1, beta2, eps, weight decay, micro-batches, clip, warmup, schedule, final fraction
         for (float value : {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}) { append(&bytes, value); }
@@ -45,16 +45,16 @@ static std::string state_bytes(int version, int B, int T, int steps = 2) {
         append(&bytes, 0.1f);
     }
     bytes.resize(4 * DEBUG_STATE_HEADER_INTS, '\0');
-    size_t BT = (size_t)B * T, columns = classic ? kModel.vocab_size : kModel.padded_vocab_size;
+    size_t BT = (size_t)B * T, columns = classic ? MODEL.vocab_size : MODEL.padded_vocab_size;
     for (size_t i = 0; i < BT; i++) { append(&bytes, (int32_t)input_at(i)); }
     for (size_t i = 0; i < BT; i++) { append(&bytes, (int32_t)target_at(i)); }
     for (size_t row = 0; row < BT; row++) {
         for (size_t column = 0; column < columns; column++) {
-            append(&bytes, column < (size_t)kModel.vocab_size ? logit_at(row, column) : 0.0f);
+            append(&bytes, column < (size_t)MODEL.vocab_size ? logit_at(row, column) : 0.0f);
         }
     }
     append(&bytes, 2.25f);
-    for (size_t i = 0; i < count_parameters(&kModel); i++) { append(&bytes, grad_at(i)); }
+    for (size_t i = 0; i < count_parameters(&MODEL); i++) { append(&bytes, grad_at(i)); }
     for (int s = 0; s < (classic ? 0 : steps); s++) { append(&bytes, 2.0f - 0.1f * s); }
     for (int s = 0; s < (classic ? 0 : steps); s++) { append(&bytes, 1.0f + s); }
     return bytes;
@@ -69,7 +69,7 @@ static std::string with_slots(std::initializer_list<std::pair<int, int32_t>> slo
 
 static void read_state(const char* path) {
     DebugState st;
-    debug_state_read(&st, path, &kModel, kMaxRows);
+    debug_state_read(&st, path, &MODEL, MAX_ROWS);
 }
 
 static bool refused(const std::string& bytes, const std::string& problem) {
@@ -80,20 +80,20 @@ static DebugState read_bytes(const std::string& bytes) {
     std::string dir = make_temp_dir("test_debug_state");
     write_file(dir + "/state.bin", bytes);
     DebugState st;
-    debug_state_read(&st, (dir + "/state.bin").c_str(), &kModel, kMaxRows);
+    debug_state_read(&st, (dir + "/state.bin").c_str(), &MODEL, MAX_ROWS);
     remove_dir(dir);
     return st;
 }
 
 // The tokens, the logits (padded with zeros to Vp), the loss and the gradients of state_bytes.
 static bool holds_the_written_values(const DebugState& st) {
-    size_t BT = (size_t)st.B * st.T, Vp = kModel.padded_vocab_size;
+    size_t BT = (size_t)st.B * st.T, Vp = MODEL.padded_vocab_size;
     bool same = st.inputs.size() == BT && st.targets.size() == BT && st.logits.size() == BT * Vp && st.loss == 2.25f &&
-                st.grads.size() == count_parameters(&kModel);
+                st.grads.size() == count_parameters(&MODEL);
     for (size_t i = 0; same && i < BT; i++) { same = st.inputs[i] == input_at(i) && st.targets[i] == target_at(i); }
     for (size_t i = 0; same && i < BT * Vp; i++) {
         size_t row = i / Vp, column = i % Vp;
-        same = st.logits[i] == (column < (size_t)kModel.vocab_size ? logit_at(row, column) : 0.0f);
+        same = st.logits[i] == (column < (size_t)MODEL.vocab_size ? logit_at(row, column) : 0.0f);
     }
     for (size_t i = 0; same && i < st.grads.size(); i++) { same = st.grads[i] == grad_at(i); }
     return same;
@@ -162,7 +162,7 @@ TEST(wrong_file_size) {
 }
 
 TEST(tokens_outside_the_vocabulary) {
-    CHECK(refused(with_slots({{DEBUG_STATE_HEADER_INTS + 3, kModel.vocab_size}}),  // the fourth input
+    CHECK(refused(with_slots({{DEBUG_STATE_HEADER_INTS + 3, MODEL.vocab_size}}),  // the fourth input
                   "token at position 3 is outside [0, 10)"));
     CHECK(refused(with_slots({{DEBUG_STATE_HEADER_INTS + 8 + 7, -1}}, DEBUG_STATE_CLASSIC),  // the last target
                   "token at position 7 is outside [0, 10)"));
@@ -171,7 +171,7 @@ TEST(tokens_outside_the_vocabulary) {
 // ----------------------------------------------------------------------------
 // the fuzz target's seeds
 
-// dev/test/fuzz/debug_state/, read by fuzz_debug_state for kModel and kMaxRows: valid files of both
+// dev/test/fuzz/debug_state/, read by fuzz_debug_state for MODEL and MAX_ROWS: valid files of both
 // versions and a few hostile ones. UPDATE_SEEDS=1 build/test_debug_state seeds rewrites them.
 static std::vector<std::pair<std::string, std::string>> fuzz_seeds() {
     return {{"version_4.bin", state_bytes(DEBUG_STATE_VERSION, 2, 4)},

@@ -11,8 +11,11 @@
 #include "dev/test/testing.h"
 #include "llmc/gpt2_hf.h"
 
-#define FIXTURE_DIR "dev/test/fixtures/hf_tiny"
-#define FIXTURE_TWIN "dev/test/fixtures/hf_tiny_model.bin"
+constexpr const char* FIXTURE_DIR = "dev/test/fixtures/hf_tiny";
+constexpr const char* FIXTURE_TWIN = "dev/test/fixtures/hf_tiny_model.bin";
+
+// A file of the fixture directory.
+static std::string fixture_file(const char* name) { return std::string(FIXTURE_DIR) + "/" + name; }
 
 static bool same_model(const ModelShape& a, const std::vector<float>& pa, const ModelShape& b,
                        const std::vector<float>& pb) {
@@ -27,7 +30,7 @@ TEST(fixture_imports_bit_for_bit) {
     gpt2_from_hf(FIXTURE_DIR, &shape, &params);
     CHECK(shape.num_layers == 2 && shape.channels == 64 && shape.vocab_size == 256 && shape.padded_vocab_size == 256);
     CHECK(same_model(shape, params, twin_shape, twin));
-    gpt2_from_hf(FIXTURE_DIR "/model.safetensors", &shape, &params);  // the file, config.json beside it
+    gpt2_from_hf(fixture_file("model.safetensors").c_str(), &shape, &params);  // the file, config.json beside it
     CHECK(same_model(shape, params, twin_shape, twin));
 }
 
@@ -42,7 +45,7 @@ TEST(export_then_import_round_trip) {
     // every tensor of the fixture comes back with the same bytes
     SafeFile original, exported;
     std::string exported_path = dir + "/model.safetensors";
-    safetensors_open(FIXTURE_DIR "/model.safetensors", &original);
+    safetensors_open(fixture_file("model.safetensors").c_str(), &original);
     safetensors_open(exported_path.c_str(), &exported);
     CHECK(original.tensors.size() == exported.tensors.size());
     for (const SafeTensor& t : original.tensors) {
@@ -50,7 +53,7 @@ TEST(export_then_import_round_trip) {
         CHECK(e != NULL && e->shape == t.shape && e->dtype == t.dtype);
         if (e == NULL || e->shape != t.shape) { continue; }
         std::vector<float> a(safetensors_numel(&t)), b(a.size());
-        safetensors_read_f32(FIXTURE_DIR "/model.safetensors", &original, &t, a.data());
+        safetensors_read_f32(fixture_file("model.safetensors").c_str(), &original, &t, a.data());
         safetensors_read_f32(exported_path.c_str(), &exported, e, b.data());
         CHECK(memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
     }
@@ -71,11 +74,11 @@ static bool import_refused(const std::string& dir, const char* message) {
 // A copy of the fixture with config.json's `from` replaced by `to`; import must fail saying `message`.
 static bool config_refused(const char* from, const char* to, const char* message) {
     std::string dir = make_temp_dir("test_hf");
-    std::string config = read_file(FIXTURE_DIR "/config.json");
+    std::string config = read_file(fixture_file("config.json").c_str());
     size_t at = config.find(from);
     if (at == std::string::npos) { fail("the fixture's config.json has no %s", from); }
     write_file(dir + "/config.json", config.replace(at, strlen(from), to));
-    write_file(dir + "/model.safetensors", read_file(FIXTURE_DIR "/model.safetensors"));
+    write_file(dir + "/model.safetensors", read_file(fixture_file("model.safetensors").c_str()));
     return import_refused(dir, message);
 }
 
@@ -98,18 +101,18 @@ TEST(config_fields_it_cannot_honour_are_refused) {
 template <typename Edit>
 static bool tensors_refused(Edit edit, const char* message) {
     SafeFile file;
-    safetensors_open(FIXTURE_DIR "/model.safetensors", &file);
+    safetensors_open(fixture_file("model.safetensors").c_str(), &file);
     std::vector<std::vector<float>> values;
     std::vector<SafeTensorOut> tensors;
     values.reserve(file.tensors.size() + 1);
     for (const SafeTensor& t : file.tensors) {
         values.emplace_back(safetensors_numel(&t));
-        safetensors_read_f32(FIXTURE_DIR "/model.safetensors", &file, &t, values.back().data());
+        safetensors_read_f32(fixture_file("model.safetensors").c_str(), &file, &t, values.back().data());
         tensors.push_back({t.name, t.shape, values.back().data()});
     }
     edit(&tensors, &values);
     std::string dir = make_temp_dir("test_hf");
-    write_file(dir + "/config.json", read_file(FIXTURE_DIR "/config.json"));
+    write_file(dir + "/config.json", read_file(fixture_file("config.json").c_str()));
     safetensors_write_f32((dir + "/model.safetensors").c_str(), tensors, {{"format", "pt"}});
     return import_refused(dir, message);
 }
@@ -135,9 +138,9 @@ TEST(tensors_it_cannot_use_are_refused) {
     // an output layer equal to wte, and the hub's mask buffers, are accepted
     std::string dir = make_temp_dir("test_hf");
     SafeFile file;
-    safetensors_open(FIXTURE_DIR "/model.safetensors", &file);
+    safetensors_open(fixture_file("model.safetensors").c_str(), &file);
     std::vector<float> wte(256 * 64), mask(32 * 32, 1.0f);
-    safetensors_read_f32(FIXTURE_DIR "/model.safetensors", &file, safetensors_find(&file, "transformer.wte.weight"), wte.data());
+    safetensors_read_f32(fixture_file("model.safetensors").c_str(), &file, safetensors_find(&file, "transformer.wte.weight"), wte.data());
     ModelShape shape;
     std::vector<float> params, twin;
     model_file_read(FIXTURE_TWIN, &shape, &twin);
