@@ -48,19 +48,19 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include "llmc/args.h"           // defines: TrainArgs, the flags (defaults, usage, checks), parsed once
 #include "llmc/checkpoint_dir.h" // defines: the checkpoint folder (file names, latest, pruning, resume order)
 #include "llmc/checksum.h"       // defines: crc32c_update (checkpoint checksums)
-#include "llmc/comm.cuh"       // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
+#include "llmc/comm.cuh"         // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
 #include "llmc/eval.h"           // defines: EvalSet, EvalBatch (HellaSwag-style multiple choice), scoring
 #include "llmc/fingerprint.h"    // defines: fnv1a (weights checksum), run_fingerprint (same on every rank)
-#include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out
+#include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out, read_any_model
 #include "llmc/launch.h"         // defines: LaunchInfo, launchers' variables, --gpus, rendezvous
 #include "llmc/logger.h"         // defines: main.log, one writer per kind of line
 #include "llmc/mfu.h"            // defines: tf32_peak_tflops, the known GPUs' peaks for MFU
-#include "llmc/model_file.h"     // defines: the model file (header, tensor order), read and written
+#include "llmc/model_file.h"     // defines: ModelShape, AttentionKind, the parameter tensors' table, the model file
 #include "llmc/outlier.h"        // defines: OutlierWindow, the spike guard's z-score of the gradient norm
 #include "llmc/paths.h"          // defines: find_bundled_file (the vocabulary from any directory)
 #include "llmc/prompt.h"         // defines: encode_prompt (--prompt, --prompt-file as token ids)
-#include "llmc/run_shape.h"      // defines: RunShape (the flags that shape a run's numbers), learning_rate
+#include "llmc/run_shape.h"      // defines: RunShape (the flags that shape a run's numbers), learning_rate, Schedule
 #include "llmc/signals.h"        // defines: signals_install, signals_pending, EXIT_PREEMPTED
 #include "llmc/state_file.h"     // defines: RunState, the run-state file of a checkpoint, read and written
 #include "llmc/tokenizer.h"      // defines: Tokenizer (GPT-2 BPE)
