@@ -979,8 +979,9 @@ static void matmul_split(float* out, const float* a, const float* b, const float
 static void matmul(float* out, const float* a, const float* b, const float* bias, int m, int n, int k, bool trans_a,
                    bool trans_b, float alpha, float beta, int batch = 1, size_t stride_a = 0, size_t stride_b = 0,
                    size_t stride_out = 0, cudaStream_t stream = 0) {
-    MatmulShape s = {m, n, k, trans_a, trans_b, trans_a ? k : m, trans_b ? n : k, batch, stride_a, stride_b,
-                     stride_out, g_precision == MATMUL_TF32};
+    MatmulShape s = {.m = m, .n = n, .k = k, .trans_a = trans_a, .trans_b = trans_b, .lda = trans_a ? k : m,
+                     .ldb = trans_b ? n : k, .batch = batch, .stride_a = stride_a, .stride_b = stride_b,
+                     .stride_out = stride_out, .tf32 = g_precision == MATMUL_TF32};
     if (g_precision == MATMUL_SPLIT_TF32) {
         matmul_split(out, a, b, bias, s, alpha, beta, stream);
     } else {

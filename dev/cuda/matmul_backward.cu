@@ -131,11 +131,13 @@ static void batched_chunks_dweight(const Buffers& d) {
     int N = d.N, C = d.C, OC = d.OC, chunks = N / BATCHED_CHUNK;
     split_tf32(d.inp_split, d.inp_split + N, d.inp_t, C, N, 2 * (size_t)N, 1, 0, 0);
     split_tf32(d.dout_split + N, d.dout_split, d.dout_t, OC, N, 2 * (size_t)N, 1, 0, 0);
-    MatmulShape cross = {C, OC, 2 * N, true, false, 2 * N, 2 * N, 1, 0, 0, 0, true};
+    MatmulShape cross = {.m = C, .n = OC, .k = 2 * N, .trans_a = true, .trans_b = false, .lda = 2 * N, .ldb = 2 * N,
+                         .batch = 1, .stride_a = 0, .stride_b = 0, .stride_out = 0, .tf32 = true};
     matmul_call(d.dweight, d.inp_split, d.dout_split, NULL, cross, 1.0f, 0.0f, 0);
     size_t n = (size_t)C * OC;
-    MatmulShape hi_hi = {C, OC, BATCHED_CHUNK, true, false, 2 * N, 2 * N, chunks, BATCHED_CHUNK, BATCHED_CHUNK, n,
-                         true};
+    MatmulShape hi_hi = {.m = C, .n = OC, .k = BATCHED_CHUNK, .trans_a = true, .trans_b = false, .lda = 2 * N,
+                         .ldb = 2 * N, .batch = chunks, .stride_a = BATCHED_CHUNK, .stride_b = BATCHED_CHUNK,
+                         .stride_out = n, .tf32 = true};
     matmul_call(d.chunk_sums, d.inp_split, d.dout_split + N, NULL, hi_hi, 1.0f, 0.0f, 0);
     sum_arrays(d.dweight, d.dweight, d.chunk_sums, n, chunks, n);
 }
