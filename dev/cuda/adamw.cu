@@ -16,20 +16,20 @@ Bytes counted: params, m, v and grads read, params, m and v written: 7 n floats.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 3;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 3;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: a launch per tensor, scalar",
     "2 trainer: adamw_kernel, one launch, float4, table lookup",
     "3 one launch, scalar, table lookup",
 };
 
 // Relative to the largest |value| of params, m and v: a dozen float roundings per element.
-static const double TOLERANCE = 1e-6;
+constexpr double TOLERANCE = 1e-6;
 
-typedef struct {
+struct Hyper {
     float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt;
-} Hyper;
+};
 
 // One parameter's AdamW update, scalar.
 __device__ inline void adamw_scalar(float* params, float* m_memory, float* v_memory, const float* grads, size_t i,
@@ -59,14 +59,14 @@ __global__ void scalar_table_kernel(float* params, float* m_memory, float* v_mem
     adamw_scalar(params, m_memory, v_memory, grads, i, *grad_scale, h, decay);
 }
 
-typedef struct {
+struct Buffers {
     float *params, *m, *v, *grads, *grad_scale;
     StepStats* stats;  // variant 2 reads the clipping factor and bias corrections from the step's stats
     float *params0, *m0, *v0;  // start values, restored before each run
     size_t n;
     TensorTable table;
     Hyper h;
-} Buffers;
+};
 
 static void launch_variant(int variant, const Buffers& d) {
     const Hyper& h = d.h;

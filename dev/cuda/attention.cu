@@ -106,7 +106,7 @@ __global__ void attention_scores_backward_kernel(float* datt, const float* att, 
     }
 }
 
-static const int ATTENTION_SCORES_BLOCK = 256;
+constexpr int ATTENTION_SCORES_BLOCK = 256;
 
 static void attention_scores_forward(float* att, int rows, int T, AttentionKind kind) {
     unsigned int grid = ceil_div(rows, ATTENTION_SCORES_BLOCK / 32);
@@ -130,10 +130,10 @@ static void attention_forward(float* out, float* att, float* qkvr, float* heads,
     size_t btc = (size_t)B * T * C, head_stride = (size_t)T * hs, att_stride = (size_t)T * T;
     float *q = qkvr, *k = qkvr + btc, *v = qkvr + 2 * btc;
     transpose_heads<true>(qkvr, qkv, B, T, 3, NH, hs);
-    matmul(att, k, q, NULL, T, T, hs, true, false, 1.0f / sqrtf((float)hs), 0.0f, batch, head_stride, head_stride,
+    matmul(att, k, q, nullptr, T, T, hs, true, false, 1.0f / sqrtf((float)hs), 0.0f, batch, head_stride, head_stride,
            att_stride);
     attention_scores_forward(att, batch * T, T, kind);
-    matmul(heads, v, att, NULL, hs, T, T, false, false, 1.0f, 0.0f, batch, head_stride, att_stride, head_stride);
+    matmul(heads, v, att, nullptr, hs, T, T, false, false, 1.0f, 0.0f, batch, head_stride, att_stride, head_stride);
     transpose_heads<false>(out, heads, B, T, 1, NH, hs);
 }
 
@@ -148,34 +148,34 @@ static void attention_backward(float* dqkv, float* dqkvr, float* datt, float* dh
     float scale = 1.0f / sqrtf((float)hs);
     transpose_heads<true>(qkvr, qkv, B, T, 3, NH, hs);
     transpose_heads<true>(dheads, dout, B, T, 1, NH, hs);
-    matmul(datt, v, dheads, NULL, T, T, hs, true, false, 1.0f, 0.0f, batch, head_stride, head_stride, att_stride);
-    matmul(dv, dheads, att, NULL, hs, T, T, false, true, 1.0f, 0.0f, batch, head_stride, att_stride, head_stride);
+    matmul(datt, v, dheads, nullptr, T, T, hs, true, false, 1.0f, 0.0f, batch, head_stride, head_stride, att_stride);
+    matmul(dv, dheads, att, nullptr, hs, T, T, false, true, 1.0f, 0.0f, batch, head_stride, att_stride, head_stride);
     attention_scores_backward(datt, att, batch * T, T, kind);
-    matmul(dq, k, datt, NULL, hs, T, T, false, false, scale, 0.0f, batch, head_stride, att_stride, head_stride);
-    matmul(dk, q, datt, NULL, hs, T, T, false, true, scale, 0.0f, batch, head_stride, att_stride, head_stride);
+    matmul(dq, k, datt, nullptr, hs, T, T, false, false, scale, 0.0f, batch, head_stride, att_stride, head_stride);
+    matmul(dk, q, datt, nullptr, hs, T, T, false, true, scale, 0.0f, batch, head_stride, att_stride, head_stride);
     transpose_heads<false>(dqkv, dqkvr, B, T, 3, NH, hs);
 }
 
-static const double TF32_PEAK_TFLOPS = 402.0;
+constexpr double TF32_PEAK_TFLOPS = 402.0;
 // Tolerances on max |error| / max |reference|, forward and backward, and why.
-typedef struct {
+struct Tolerance {
     double forward, backward;
     const char* reason;
-} Tolerance;
+};
 
-static const Tolerance TF32_TOLERANCE = {5e-3, 1e-2,
-                                         "TF32 10-bit mantissas; fwd: the trainer's TF32 logits tolerance; bwd: "
-                                         "dS = P(dP - delta) cancels, the trainer's TF32 gradients take 1e-1"};
-static const Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
-                                         "fp32 level; fwd: the trainer's -f 0 logits tolerance; bwd: dS sums to 0 "
-                                         "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
-static const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
+constexpr Tolerance TF32_TOLERANCE = {5e-3, 1e-2,
+                                      "TF32 10-bit mantissas; fwd: the trainer's TF32 logits tolerance; bwd: "
+                                      "dS = P(dP - delta) cancels, the trainer's TF32 gradients take 1e-1"};
+constexpr Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
+                                      "fp32 level; fwd: the trainer's -f 0 logits tolerance; bwd: dS sums to 0 "
+                                      "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
+constexpr const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
                                       "4 flash TF32 wgmma", "5 4 + wgmma dQ", "6 4 + wgmma dK/dV",
                                       "7 4, pipelined fwd", "8 4 + fused bwd", "9 4 + dS in memory"};
 
-typedef struct {
+struct Shape {
     int B, T, NH, hs;
-} Shape;
+};
 
 static std::string shape_name(Shape s) {
     char text[64];
@@ -517,8 +517,8 @@ struct FlashBackwardWgmmaDkdv {
 // rows in a ring of their own, and the consumers taking turns to issue (FA3's ping-pong, named
 // barriers), so that one's softmax runs beside the other's products.
 
-static const int PP_STAGES = 3;
-static const int PP_THREADS = 3 * 128;
+constexpr int PP_STAGES = 3;
+constexpr int PP_THREADS = 3 * 128;
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned int count) {
@@ -779,7 +779,7 @@ static void launch_attention_delta(const FlashBackward& t) {
 // A launcher's scratch, kept between launches and grown to `bytes` when smaller (then zeroed).
 static void* lab_scratch(void** buffer, size_t* capacity, size_t bytes, const char* what) {
     if (bytes > *capacity) {
-        if (*buffer != NULL) { cudaCheck(cudaFree(*buffer)); }
+        if (*buffer != nullptr) { cudaCheck(cudaFree(*buffer)); }
         *buffer = device_malloc(bytes, what);
         cudaCheck(cudaMemset(*buffer, 0, bytes));
         *capacity = bytes;
@@ -811,8 +811,8 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
-static const int FUSED_QUERIES = 64;                   // queries per tile = FLASH_ROWS: one tile per dQ block
-static const int FUSED_DS_STRIDE = FUSED_QUERIES + 4;  // dS^T rows: conflict-free B fragment loads
+constexpr int FUSED_QUERIES = 64;                   // queries per tile = FLASH_ROWS: one tile per dQ block
+constexpr int FUSED_DS_STRIDE = FUSED_QUERIES + 4;  // dS^T rows: conflict-free B fragment loads
 
 // counters: [0] the work counter, then one per (b, h, query tile), all 0 between launches.
 template <AttentionKind KIND, int HS>
@@ -998,7 +998,7 @@ struct FlashBackwardFused {
         } else {
             const FlashBackward& t = trainer;
             launch_attention_delta<KIND, HS>(t);
-            static void* buffer = NULL;
+            static void* buffer = nullptr;
             static size_t capacity = 0;
             size_t needed = 1 + (size_t)t.B * t.NH * ceil_div(t.T, FUSED_QUERIES);
             unsigned int* counters = (unsigned int*)lab_scratch(&buffer, &capacity, needed * sizeof(unsigned int),
@@ -1036,8 +1036,8 @@ struct FlashBackwardFused {
 // dK/dV kernel more than 0.1 ms, and reading it back (1.6 TB/s, with K from L2) takes as long as
 // the three products it replaces.
 
-static const int DS_BLOCK = FLASH_ROWS * FLASH_ROWS;  // floats in one dS^T block
-static const int DS_STRIDE = FLASH_ROWS + 4;          // shared dS^T rows: conflict-free C fragment loads
+constexpr int DS_BLOCK = FLASH_ROWS * FLASH_ROWS;  // floats in one dS^T block
+constexpr int DS_STRIDE = FLASH_ROWS + 4;          // shared dS^T rows: conflict-free C fragment loads
 
 __host__ __device__ inline size_t ds_blocks_per_head(int T) {
     size_t n = ceil_div(T, FLASH_ROWS);
@@ -1081,7 +1081,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 2)
         }
         cp_async_commit();
         float s[QUERIES / 8][4], dp[QUERIES / 8][4];
-        dkdv_tile<KIND, HS, false, true, QUERIES>(dk, dv, s, dp, k_frag, v_frag, NULL, NULL,
+        dkdv_tile<KIND, HS, false, true, QUERIES>(dk, dv, s, dp, k_frag, v_frag, nullptr, nullptr,
                                                   smem + ((tile - key_block) & 1) * STAGE, warp_row, warp_key0,
                                                   tile * QUERIES, scale, off, g, q);
         float* ds_block = ds_head + ((size_t)tile * (tile + 1) / 2 + key_block) * DS_BLOCK;  // dS^T: rows are keys
@@ -1162,7 +1162,7 @@ struct FlashBackwardDsMemory {
         } else {
             const FlashBackward& t = trainer;
             launch_attention_delta<KIND, HS>(t);
-            static void* buffer = NULL;
+            static void* buffer = nullptr;
             static size_t capacity = 0;
             size_t needed = (size_t)t.B * t.NH * ds_blocks_per_head(t.T) * DS_BLOCK;
             float* ds = (float*)lab_scratch(&buffer, &capacity, needed * sizeof(float), "dS blocks");
@@ -1182,12 +1182,12 @@ struct FlashBackwardDsMemory {
     }
 };
 
-typedef struct {
+struct Buffers {
     Shape shape;
     float *qkv, *dout, *out, *lse, *dqkv, *delta;
     float *dqkv_t, *dbias, *partials;          // the flash variants' outputs and scratch
     float *qkvr, *heads, *att, *dqkvr, *datt;  // the materialised variant's scratch
-} Buffers;
+};
 
 // The flash backward's scratch: a row of 3C column-sum shares per block of FLASH_ROWS tokens.
 static size_t flash_partials_floats(Shape s) { return (size_t)s.B * ceil_div(s.T, FLASH_ROWS) * 3 * s.NH * s.hs; }
@@ -1218,7 +1218,7 @@ static Buffers buffers_create(Shape s, bool materialised) {
 static void buffers_free(Buffers* d) {
     for (float* p : {d->qkv, d->dout, d->out, d->lse, d->dqkv, d->delta, d->dqkv_t, d->dbias, d->partials, d->qkvr,
                      d->heads, d->att, d->dqkvr, d->datt}) {
-        if (p != NULL) { cudaCheck(cudaFree(p)); }
+        if (p != nullptr) { cudaCheck(cudaFree(p)); }
     }
 }
 
@@ -1298,9 +1298,9 @@ static void fill_normal(std::vector<float>* v, size_t n, uint64_t seed) {
 // ----------------------------------------------------------------------------------------------
 // CPU reference in double precision, per head (b, h)
 
-typedef struct {
+struct Reference {
     std::vector<float> out, lse, dqkv;  // full-size; only the checked heads are filled
-} Reference;
+};
 
 static void cpu_attention_head(Reference* ref, const float* qkv, const float* dout, Shape s, AttentionKind kind,
                                int b, int h) {
@@ -1399,9 +1399,9 @@ static Reference cpu_reference(const std::vector<float>& qkv, const std::vector<
 
 // max |got - ref| and max |ref| over the checked heads' `width` columns at `column` of rows of
 // `row_width` floats; the error is NaN if any checked value is not finite.
-typedef struct {
+struct ErrorScale {
     double max_err, max_ref;
-} ErrorScale;
+};
 
 static ErrorScale head_error(const std::vector<float>& got, const std::vector<float>& ref, Shape s,
                              const std::vector<std::pair<int, int>>& heads, int row_width, int column, int width) {
@@ -1426,7 +1426,7 @@ static double relative(ErrorScale e, double max_ref) { return e.max_err / std::m
 // values in another order (per block of FLASH_ROWS tokens, then the blocks), so only float
 // rounding separates the two, whatever the precision of dqkv: a float sum of n terms errs by
 // ~sqrt(n) * 6e-8 of their scale, 5e-6 for the B*T = 8192 tokens of the largest check.
-static const double DBIAS_TOLERANCE = 1e-5;
+constexpr double DBIAS_TOLERANCE = 1e-5;
 
 static double dbias_error(const std::vector<float>& dbias, const std::vector<float>& dqkv) {
     size_t width = dbias.size(), tokens = dqkv.size() / width;

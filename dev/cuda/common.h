@@ -22,15 +22,15 @@ adds what each lab file needs to check and time its variants:
 
 // GPT-2 124M shapes: B=8 sequences of T=1024 tokens, C=768 channels, 12 heads, the vocabulary
 // and its padding to a multiple of 128.
-static const int LAB_B = 8, LAB_T = 1024, LAB_C = 768, LAB_NH = 12, LAB_V = 50257, LAB_VP = 50304;
-static const int LAB_ROWS = LAB_B * LAB_T;
+constexpr int LAB_B = 8, LAB_T = 1024, LAB_C = 768, LAB_NH = 12, LAB_V = 50257, LAB_VP = 50304;
+constexpr int LAB_ROWS = LAB_B * LAB_T;
 
 // The chip's measured ceilings (shared/ANCHORS.md, one H200).
-static const double COPY_CEILING_GBS = 4280.0;    // device-to-device copy, bytes read + written
-static const double TF32_CEILING_TFLOPS = 402.0;  // TF32 tensor-core GEMM 8192^3 (cuBLAS)
-static const double FP32_CEILING_TFLOPS = 50.5;   // plain FP32 GEMM 8192^3, no tensor cores
+constexpr double COPY_CEILING_GBS = 4280.0;    // device-to-device copy, bytes read + written
+constexpr double TF32_CEILING_TFLOPS = 402.0;  // TF32 tensor-core GEMM 8192^3 (cuBLAS)
+constexpr double FP32_CEILING_TFLOPS = 50.5;   // plain FP32 GEMM 8192^3, no tensor cores
 
-typedef std::function<void()> Launch;
+using Launch = std::function<void()>;
 
 // ----------------------------------------------------------------------------------------------
 // Command line, setup and the table
@@ -64,7 +64,7 @@ static void lab_init(int argc, char** argv, int num_variants) {
     g_flush_buffer = (float*)device_malloc(g_flush_floats * sizeof(float), "L2 flush");
     g_flush_sink = (float*)device_malloc(sizeof(float), "L2 flush");
     cudaCheck(cudaMemset(g_flush_buffer, 0, g_flush_floats * sizeof(float)));
-    g_seed = splitmix64((uint64_t)time(NULL));
+    g_seed = splitmix64((uint64_t)time(nullptr));
     printf("# %s, %d SMs, L2 %d MB, seed %llu\n", g_device_name, g_num_sms, l2_bytes >> 20, (unsigned long long)g_seed);
     printf("| %-18s | %-64s | %8s | %-12s | %-11s | %-13s | %-9s | %-13s |\n", "kernel", "variant", "ms",
            "GB/s, TFLOP/s", "% ceiling", "max error", "tolerance", "deterministic");
@@ -79,8 +79,8 @@ static int lab_finish() {
     return g_failures == 0 ? 0 : 1;
 }
 
-typedef enum { CEILING_COPY, CEILING_TF32, CEILING_FP32 } Ceiling;
-typedef enum { DETERMINISM_UNCHECKED, DETERMINISM_YES, DETERMINISM_NO } Determinism;
+enum Ceiling { CEILING_COPY, CEILING_TF32, CEILING_FP32 };
+enum Determinism { DETERMINISM_UNCHECKED, DETERMINISM_YES, DETERMINISM_NO };
 
 // One row: `work` is the bytes moved (CEILING_COPY) or the FLOPs done (the GEMM ceilings) as each
 // file counts them; a negative tolerance means no correctness check belongs to this row.
@@ -185,10 +185,10 @@ static std::vector<int> download_ints(const int* p, size_t n) {
 
 // max |got - want| over max |want| of the values added; a non-finite value makes it infinite. The
 // mean error: mean |got - want| over mean |want|.
-typedef struct {
+struct ErrorMeter {
     double max_diff, max_want, sum_diff, sum_want;
     bool non_finite;
-} ErrorMeter;
+};
 
 static void error_add(ErrorMeter* e, float got, double want) {
     e->non_finite |= !isfinite(got);
@@ -237,7 +237,7 @@ static unsigned long long count_non_finite(const float* p, size_t n) {
 // ----------------------------------------------------------------------------------------------
 // Timing
 
-static const int BENCH_WARMUP = 3, BENCH_REPEATS = 25;
+constexpr int BENCH_WARMUP = 3, BENCH_REPEATS = 25;
 
 // Reads the flush buffer, evicting whatever the last launch left in the L2 (dirty lines are
 // written back here, not inside the next timed launch). The sink is never written: the buffer is 0.
@@ -294,10 +294,10 @@ __global__ void hash_bits_kernel(unsigned long long* hash, const uint32_t* bits,
     if (warp.thread_rank() == 0) { atomicAdd(hash, local); }
 }
 
-typedef struct {
+struct Output {
     const float* data;
     size_t n;
-} Output;
+};
 
 static uint64_t hash_outputs(const std::vector<Output>& outputs) {
     unsigned long long* hash = (unsigned long long*)device_malloc(sizeof(unsigned long long), "hash");
@@ -332,12 +332,12 @@ static Determinism deterministic(const Launch& launch, const Launch& prepare, co
 // read (BIAS, GELU_AUX_BIAS) or the bias gradient written (BGRADB, DGELU_BGRAD); `aux` (ld m) the
 // GELU input written (GELU_AUX_BIAS) or read (DGELU_BGRAD). The pointers are fixed per plan.
 
-typedef struct {
+struct LtPlan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a_layout, b_layout, out_layout;
     cublasLtMatmulAlgo_t algo;
     bool supported;  // cuBLASLt found an algorithm
-} LtPlan;
+};
 
 // The heuristic's best `count` algorithms for the plan's shapes (its first is cuBLASLt's choice).
 static int lt_heuristics(const LtPlan* plan, cublasLtMatmulHeuristicResult_t* results, int count) {
@@ -362,10 +362,10 @@ static LtPlan lt_plan(int m, int n, int k, bool trans_a, bool trans_b, cublasLtE
     cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (bias != NULL) {
+    if (bias != nullptr) {
         cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
-    if (aux != NULL) {
+    if (aux != nullptr) {
         int64_t aux_ld = m;
         cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
         cublasCheck(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));

@@ -31,9 +31,9 @@ flushes the L2 before each launch: in a step the weights come from DRAM too.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 5;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 5;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 cuBLASLt: matmul_forward, TF32",
     "2 trainer: linear_few_rows",
     "3 trainer: linear_few_rows fused",
@@ -45,16 +45,16 @@ static const char* const VARIANT_NAMES[] = {
 // summed in order and the 32 shares in a tree (~sqrt(K) * 6e-8 at worst), a few roundings more
 // for the layernorm, tanhf, expf and the chunks' combination. TF32 (variant 1): both operands
 // rounded to 10 mantissa bits, as in matmul_forward.cu.
-static const double FP32_TOLERANCE = 1e-5, TF32_TOLERANCE = 5e-3;
-static const int D48_C = 1600, HS = 64, MAX_T = 1024;
-static const int M_MAX = FEW_ROWS_MAX;  // completions: the most the few-row kernel takes
-static const int CHAIN_LAYERS = 12, CHAIN_POSITION = 255, REPLAY_WARMUP = 10, REPLAYS = 500;
+constexpr double FP32_TOLERANCE = 1e-5, TF32_TOLERANCE = 5e-3;
+constexpr int D48_C = 1600, HS = 64, MAX_T = 1024;
+constexpr int M_MAX = FEW_ROWS_MAX;  // completions: the most the few-row kernel takes
+constexpr int CHAIN_LAYERS = 12, CHAIN_POSITION = 255, REPLAY_WARMUP = 10, REPLAYS = 500;
 
-typedef struct {
+struct Layer {
     const char *name, *fused;  // plain (variants 1, 2) and with its decode-step fusions (variant 3)
     int K, OC;
     bool has_bias, ln, gelu, accumulate;  // the fusions
-} Layer;
+};
 
 // The linear layers of a decode step for C channels, in the order the step runs them.
 static std::vector<Layer> layers_of(int C) {
@@ -80,17 +80,17 @@ static double attention_bytes(int M, int pos) {
 // ----------------------------------------------------------------------------------------------
 // Variants 1-3: one linear layer
 
-typedef struct {
+struct LinearBuffers {
     float *out, *out0, *inp, *weight, *bias, *ln_weight, *ln_bias;  // out0: out's start value (+=)
-} LinearBuffers;
+};
 
 static LinearOps ops_of(int variant, const LinearBuffers& d, const Layer& s) {
-    if (variant != 3) { return {NULL, NULL, false, false}; }
-    return {s.ln ? d.ln_weight : NULL, s.ln ? d.ln_bias : NULL, s.gelu, s.accumulate};
+    if (variant != 3) { return {nullptr, nullptr, false, false}; }
+    return {s.ln ? d.ln_weight : nullptr, s.ln ? d.ln_bias : nullptr, s.gelu, s.accumulate};
 }
 
 static void launch_linear(int variant, const LinearBuffers& d, const Layer& s, LinearOps ops, int N) {
-    const float* bias = s.has_bias ? d.bias : NULL;
+    const float* bias = s.has_bias ? d.bias : nullptr;
     if (variant == 1) { matmul_forward(d.out, d.inp, d.weight, bias, N, s.K, s.OC); }
     else { linear_few_rows(d.out, d.inp, d.weight, bias, ops, N, s.K, s.OC); }
 }
@@ -125,7 +125,7 @@ static double check_linear(const LinearBuffers& d, const Layer& s, LinearOps ops
         for (int k = 0; k < K; k++) { var += (inp[(size_t)i * K + k] - mean) * (inp[(size_t)i * K + k] - mean) / K; }
         for (int k = 0; k < K; k++) {
             double v = inp[(size_t)i * K + k];
-            x[k] = ops.ln_weight == NULL ? v : (v - mean) / sqrt(var + 1e-5) * ln_weight[k] + ln_bias[k];
+            x[k] = ops.ln_weight == nullptr ? v : (v - mean) / sqrt(var + 1e-5) * ln_weight[k] + ln_bias[k];
         }
         for (int o = 0; o < OC; o++) {
             double sum = s.has_bias ? bias[o] : 0.0;
@@ -155,11 +155,11 @@ static void run_linear(const LinearBuffers& d, const Layer& s, int variant, int 
 // ----------------------------------------------------------------------------------------------
 // Variant 4: attention over the KV cache
 
-typedef struct {
+struct AttentionBuffers {
     float *out, *partials, *kv, *qkv;  // kv (M, MAX_T, 2C), qkv (M, 3C), out (M, C)
     unsigned int* counters;            // zeroed once: each launch leaves them at 0
     int* position;
-} AttentionBuffers;
+};
 
 static void set_position(int* position, int pos) {
     cudaCheck(cudaMemcpy(position, &pos, sizeof(int), cudaMemcpyHostToDevice));
@@ -230,17 +230,17 @@ static void run_attention(const AttentionBuffers& d, int M, int pos, AttentionKi
 // ----------------------------------------------------------------------------------------------
 // Variant 5: 12 layers of the decode step, replayed as a CUDA graph
 
-typedef struct {
+struct LayerParams {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
     float* kv;  // the layer's cache (1, MAX_T, 2C)
-} LayerParams;
+};
 
-typedef struct {
+struct ChainBuffers {
     float *all, *residual, *qkv, *atty, *fch;  // all: the four, (1, 9C), for the NaN check
     float *residual0, *partials;               // residual0: the residual's start value
     unsigned int* counters;
     int* position;
-} ChainBuffers;
+};
 
 static float* random_floats(size_t n, float lo, float hi) {
     float* p = gpu_floats(n);
@@ -270,12 +270,12 @@ static LayerParams random_layer(int C) {
 static void decode_layers(const std::vector<LayerParams>& layers, const ChainBuffers& a) {
     const int C = LAB_C;
     for (const LayerParams& p : layers) {
-        decode_linear(a.qkv, a.residual, p.qkvw, p.qkvb, {p.ln1w, p.ln1b, false, false}, NULL, 1, C, 3 * C);
+        decode_linear(a.qkv, a.residual, p.qkvw, p.qkvb, {p.ln1w, p.ln1b, false, false}, nullptr, 1, C, 3 * C);
         attention_decode(a.atty, a.partials, a.counters, p.kv, a.qkv, a.position, 1, MAX_T, LAB_NH, HS,
                          ATTENTION_SOFTMAX);
-        decode_linear(a.residual, a.atty, p.attprojw, p.attprojb, {NULL, NULL, false, true}, NULL, 1, C, C);
-        decode_linear(a.fch, a.residual, p.fcw, p.fcb, {p.ln2w, p.ln2b, true, false}, NULL, 1, C, 4 * C);
-        decode_linear(a.residual, a.fch, p.fcprojw, p.fcprojb, {NULL, NULL, false, true}, NULL, 1, 4 * C, C);
+        decode_linear(a.residual, a.atty, p.attprojw, p.attprojb, {nullptr, nullptr, false, true}, nullptr, 1, C, C);
+        decode_linear(a.fch, a.residual, p.fcw, p.fcb, {p.ln2w, p.ln2b, true, false}, nullptr, 1, C, 4 * C);
+        decode_linear(a.residual, a.fch, p.fcprojw, p.fcprojb, {nullptr, nullptr, false, true}, nullptr, 1, 4 * C, C);
     }
 }
 

@@ -26,19 +26,19 @@ Bytes counted: dout read once, the touched rows of dwte and all of dwpe read and
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 4;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 4;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: float atomicAdd per element",
     "2 trainer: token buckets, wte + wpe kernels",
     "3 a bucket per token, 8 rows in flight",
     "4 trainer's kernels, a bucket per token",
 };
-static const int ROWS_IN_FLIGHT = 8;
+constexpr int ROWS_IN_FLIGHT = 8;
 
 // Relative to max |value|: fp32 sums of up to B = 8 (dwpe) or several hundred (a frequent token's
 // dwte row) terms of size ~1, each addition rounding by up to 2^-24 of the running sum.
-static const double TOLERANCE = 1e-5;
+constexpr double TOLERANCE = 1e-5;
 
 __global__ void atomic_kernel(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -68,7 +68,7 @@ __global__ void rows_in_flight_kernel(float4* dwte, const float4* dout, const in
     }
 }
 
-typedef struct {
+struct Buffers {
     float *dwte, *dwpe, *dwte0, *dwpe0, *dout;
     float* partials;  // variants 2, 4: one row per bucket
     int *tokens, *bucket_tokens, *bucket_starts, *bucket_positions, *bucket_groups, *group_bounds;
@@ -76,7 +76,7 @@ typedef struct {
     unsigned int* group_counters;
     int num_buckets;
     int B, T, C;
-} Buffers;
+};
 
 static void launch_variant(int variant, const Buffers& d) {
     int B = d.B, T = d.T, C = d.C;

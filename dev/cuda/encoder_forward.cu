@@ -12,15 +12,15 @@ read once, out written once: (B T + 2 B T C + T C) * 4.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 2;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 2;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: thread per element",
     "2 trainer: encoder_forward, float4",
 };
 
 // One float rounding of the exact sum: at most 2^-24 of |out|.
-static const double TOLERANCE = 1e-7;
+constexpr double TOLERANCE = 1e-7;
 
 __global__ void naive_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -36,7 +36,7 @@ static void launch_variant(int variant, float* out, const int* tokens, const flo
         naive_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(out, tokens, wte, wpe, B, T, C);
         cudaCheck(cudaGetLastError());
     } else {
-        encoder_forward(out, tokens, wte, wpe, NULL, B, T, C);
+        encoder_forward(out, tokens, wte, wpe, nullptr, B, T, C);
     }
 }
 

@@ -28,9 +28,9 @@ Bytes counted (1-4): the logits read once, dlogits written once, targets read, l
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 6;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 6;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: block per row, three passes",
     "2 trainer: fused_classifier, transposed, 2 kernels",
     "3 block per row, row in shared memory",
@@ -40,14 +40,14 @@ static const char* const VARIANT_NAMES[] = {
 };
 
 // Relative to the largest |loss| and |dlogit|: float exp and log, sums of V = 50257 terms.
-static const double TOLERANCE = 1e-5;
+constexpr double TOLERANCE = 1e-5;
 // Variant 5: TF32 products (operands rounded to 10 mantissa bits) upstream of everything checked.
-static const double TF32_TOLERANCE = 5e-3;
-static const int CHECKED_ROWS = 64;         // variants 1-4: rows compared with the CPU
-static const int CHECKED_HEAD_ROWS = 4;     // variant 5: each row needs 2 Vp C multiply-adds
-static const int CHECKED_WTE_ROWS = 16;     // variant 5: rows of dwte compared
-static const int SHARED_ROW_BLOCK = 1024;
-static const int UNROLL = 4;  // variant 4: float4 loads in flight per thread
+constexpr double TF32_TOLERANCE = 5e-3;
+constexpr int CHECKED_ROWS = 64;         // variants 1-4: rows compared with the CPU
+constexpr int CHECKED_HEAD_ROWS = 4;     // variant 5: each row needs 2 Vp C multiply-adds
+constexpr int CHECKED_WTE_ROWS = 16;     // variant 5: rows of dwte compared
+constexpr int SHARED_ROW_BLOCK = 1024;
+constexpr int UNROLL = 4;  // variant 4: float4 loads in flight per thread
 static float* g_classifier_scratch;  // variant 2's per-row statistics
 
 // ----------------------------------------------------------------------------------------------
@@ -241,11 +241,11 @@ static void launch_classifier(int variant, float* logits, float* losses, const i
 // ----------------------------------------------------------------------------------------------
 // Variant 5: the LM head as the trainer runs it, chunk_rows rows at a time.
 
-typedef struct {
+struct Head {
     float *lnf, *lnf_t, *wte, *wte_t, *dwte, *dwte0, *dlnf, *dlnf_partials, *logits, *losses, *scratch;  // *_t: transposed
     int* targets;
     int N, C;
-} Head;
+};
 
 static void launch_head(const Head& h, int chunk_rows) {
     for (int first = 0; first < h.N; first += chunk_rows) {
@@ -315,12 +315,12 @@ static void run_classifier(int variant, float* logits, float* saved, float* loss
 
 // The CPU reference of sampled rows (loss and dlnf) and, from the all-at-once run's dlogits,
 // sampled rows of dwte; the chunked runs' dwte is compared with the all-at-once one.
-typedef struct {
+struct HeadReference {
     std::vector<int> rows, wte_rows;
     std::vector<double> loss, dlnf;  // [row k], [row k][C]
     std::vector<double> dwte;        // [wte row k][C], filled by the all-at-once run
     std::vector<float> dwte_all;     // the all-at-once run's dwte
-} HeadReference;
+};
 
 static HeadReference head_reference(const Head& h) {
     HeadReference ref;

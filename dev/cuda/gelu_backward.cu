@@ -27,9 +27,9 @@ dfch_t (2 n), reads gelu(x) and writes gelu_t (2 n): 8 n, plus dbias; 5 writes g
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 6;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 6;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: thread per element, out of place",
     "2 float4 per thread, in place",
     "3 trainer: bias_backward(gelu_inp): dfch_t, gelu_t, fc dbias",
@@ -40,7 +40,7 @@ static const char* const VARIANT_NAMES[] = {
 
 // Relative to max |value|: tanhf within a few ulp, then a dozen float operations; the bias
 // gradient sums N = 8192 rows (~sqrt(N) * 6e-8).
-static const double TOLERANCE = 1e-5;
+constexpr double TOLERANCE = 1e-5;
 
 // The trainer's gelu_grad on a float4.
 __device__ inline float4 gelu_grad4(float4 x) {
@@ -65,14 +65,14 @@ __global__ void recompute_kernel(float4* d, float4* gelu_out, const float4* inp,
     gelu_out[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
 }
 
-typedef struct {
+struct Buffers {
     float *d, *d0, *dinp, *x, *gelu_out;  // d0: the incoming gradient, restored before each run
     float *dfch_t, *gelu_t;               // variants 3, 4: (OC, N), the transposed outputs
     float *dbias, *partials;              // variants 3, 4: the fc bias gradient (written)
     unsigned int* counters;
     int N, OC;
     size_t n;
-} Buffers;
+};
 
 static bool out_of_place(int variant) { return variant == 1; }
 static bool transposed(int variant) { return variant == 3 || variant == 4; }  // writes dfch_t, gelu_t, dbias
@@ -100,7 +100,7 @@ static void launch_variant(int variant, const Buffers& b) {
         bias_backward(b.dbias, b.dfch_t, b.gelu_t, b.partials, b.counters, b.d, b.x, b.N, b.OC);
     } else if (variant == 4) {
         launch_recompute(b);
-        bias_backward(b.dbias, b.dfch_t, NULL, b.partials, b.counters, b.d, NULL, b.N, b.OC);
+        bias_backward(b.dbias, b.dfch_t, nullptr, b.partials, b.counters, b.d, nullptr, b.N, b.OC);
         transpose_matrices(b.gelu_t, b.gelu_out, b.N, b.OC, 1);
     } else if (variant == 5) {
         launch_recompute(b);

@@ -13,15 +13,15 @@ gradient, and recomputing it in the backward pass, in gelu_backward.cu (fusion e
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 2;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 2;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: thread per element",
     "2 trainer: gelu_forward, float4",
 };
 
 // Relative to max |out|: tanhf is within a few ulp, plus a few float roundings (~1e-7).
-static const double TOLERANCE = 1e-6;
+constexpr double TOLERANCE = 1e-6;
 
 __global__ void naive_kernel(float* out, const float* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

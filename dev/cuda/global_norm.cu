@@ -19,9 +19,9 @@ Bytes counted: the gradients read once (4 n).
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 5;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 5;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: one block, double accumulators",
     "2 float4, float atomicAdd of block sums",
     "3 float4, block partials + finalize kernel",
@@ -30,8 +30,8 @@ static const char* const VARIANT_NAMES[] = {
 };
 
 // Relative: the sum of 124.5M positive squares, per thread then in trees (~1e-7 expected).
-static const double TOLERANCE = 1e-5;
-static const float MAX_NORM = 1.0f;
+constexpr double TOLERANCE = 1e-5;
+constexpr float MAX_NORM = 1.0f;
 
 __device__ void write_norm_scale(float* norm_scale, float sum_squares, float max_norm) {
     float norm = sqrtf(sum_squares);
@@ -100,14 +100,14 @@ __global__ void scalar_last_block_kernel(float* norm_scale, float* partials, uns
     if (threadIdx.x == 0) { write_norm_scale(norm_scale, total, max_norm); }
 }
 
-typedef struct {
+struct Buffers {
     float *norm_scale, *grads, *partials, *total;
     StepStats* stats;  // variant 4 writes the norm and the clipping factor there
     unsigned int* counter;
     size_t n;
-} Buffers;
+};
 
-static const int BLOCK = 1024, SCALAR_BLOCKS = 1024;
+constexpr int BLOCK = 1024, SCALAR_BLOCKS = 1024;
 
 static void launch_variant(int variant, const Buffers& d) {
     int resident = 2 * g_num_sms;  // two blocks of 1024 threads fill an SM

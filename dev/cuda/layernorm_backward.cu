@@ -33,9 +33,9 @@ are overhead, not counted.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 7;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 7;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: thread per row, thread per channel",
     "2 warp per row, float atomicAdd of block sums",
     "3 warp per row, block partials + finalize kernel",
@@ -47,9 +47,9 @@ static const char* const VARIANT_NAMES[] = {
 
 // fp32 sums: C terms per row for dinp, N = 8192 rows per channel for dweight and dbias, each
 // relative to its largest |value|; a float sum of n terms errs by ~sqrt(n) * 6e-8 of their scale.
-static const double TOLERANCE = 1e-5;
+constexpr double TOLERANCE = 1e-5;
 
-static const int WARP_ROW_BLOCK = 256;  // threads of variants 2, 3, 5 and 7
+constexpr int WARP_ROW_BLOCK = 256;  // threads of variants 2, 3, 5 and 7
 
 // ----------------------------------------------------------------------------------------------
 // Variant 1: naive
@@ -147,7 +147,7 @@ __device__ void warp_rows_block_sums(float4* block_sums, float* dinp, const floa
     for (int k = 0; k < CHUNKS; k++) { dw[k] = db[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
     int warps = gridDim.x * warp.meta_group_size();
     for (int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank(); row < N; row += warps) {
-        warp_row_backward<CHUNKS, false>(warp, dw, db, NULL, dinp, dout, inp, weight, mean, rstd, row, C);
+        warp_row_backward<CHUNKS, false>(warp, dw, db, nullptr, dinp, dout, inp, weight, mean, rstd, row, C);
     }
     for (int w = 0; w < warp.meta_group_size(); w++) {
         if (warp.meta_group_rank() == w) {
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(WARP_ROW_BLOCK, CHUNKS <= 6 ? 4 : CHUNKS <= 8 
     for (int i = warp.thread_rank(); i < 2 * C4; i += 32) { shares[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
     int warps = gridDim.x * warp.meta_group_size();
     for (int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank(); row < N; row += warps) {
-        warp_row_backward<CHUNKS, true>(warp, NULL, NULL, shares, dinp, dout, inp, weight, mean, rstd, row, C);
+        warp_row_backward<CHUNKS, true>(warp, nullptr, nullptr, shares, dinp, dout, inp, weight, mean, rstd, row, C);
     }
     block.sync();
     for (int i = threadIdx.x; i < 2 * C4; i += blockDim.x) {
@@ -255,12 +255,12 @@ static int resident_grid(Kernel kernel, int block_size, size_t shared) {
     return g_num_sms * std::min(per_sm, LAYERNORM_BACKWARD_MAX_BLOCKS_PER_SM);
 }
 
-typedef struct {
+struct Buffers {
     float *dinp, *dweight, *dbias, *partials;
     unsigned int* counter;
     const float *dout, *inp, *weight, *mean, *rstd;
     int N, C;
-} Buffers;
+};
 
 // A grid of as many blocks as fit at once, so that a grid-wide barrier can be waited on.
 template <typename Kernel>
@@ -322,9 +322,9 @@ static void launch_variant(int variant, const Buffers& d) {
 // CPU reference in double: dinp, dweight, dbias after one backward from the given start values
 // (which dweight and dbias overwrite).
 
-typedef struct {
+struct Reference {
     std::vector<double> dinp, dweight, dbias;
-} Reference;
+};
 
 static Reference cpu_reference(const std::vector<float>& dout, const std::vector<float>& inp,
                                const std::vector<float>& weight, const std::vector<float>& mean,
@@ -363,11 +363,11 @@ static void row_statistics(const std::vector<float>& inp, int N, int C, std::vec
     }
 }
 
-typedef struct {
+struct Problem {
     Buffers d;
     float *dinp0, *dweight0, *dbias0;  // start values of the outputs: dinp adds to its, the others overwrite
     float *dinp, *dweight, *dbias, *dout, *inp, *weight, *mean, *rstd;
-} Problem;
+};
 
 static Problem problem_create(int N, int C) {
     Problem p;

@@ -18,9 +18,9 @@ variant 5 adds a pass (read 2 N C, write N C) to a layernorm (2 N C + 2 N + 2 C)
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 5;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 5;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: thread per row",
     "2 warp per row, float4, row re-read per pass",
     "3 trainer: layernorm_forward, row in registers",
@@ -30,7 +30,7 @@ static const char* const VARIANT_NAMES[] = {
 
 // fp32: the mean and variance are sums of C = 768 terms (~sqrt(C) * 6e-8 relative), each output a
 // few roundings more; relative to the largest |value| of out, mean, rstd (and x).
-static const double TOLERANCE = 1e-5;
+constexpr double TOLERANCE = 1e-5;
 
 // ----------------------------------------------------------------------------------------------
 
@@ -73,12 +73,12 @@ __global__ void warp_reread_kernel(float* out, float* mean, float* rstd, const f
     }
 }
 
-typedef struct {
+struct Buffers {
     float *out, *mean, *rstd, *x;  // x: the layernorm's input, written by variants 4 and 5
     float *residual, *projection;  // the two summands of variants 4 and 5
     float *weight, *bias;
     int N, C;
-} Buffers;
+};
 
 static void launch_variant(int variant, const Buffers& d) {
     if (variant == 1) {
@@ -88,12 +88,12 @@ static void launch_variant(int variant, const Buffers& d) {
         warp_reread_kernel<<<ceil_div(d.N, 8), 256>>>(d.out, d.mean, d.rstd, d.x, d.weight, d.bias, d.N, d.C);
         cudaCheck(cudaGetLastError());
     } else if (variant == 3) {
-        layernorm_forward(d.out, d.mean, d.rstd, NULL, d.x, NULL, d.weight, d.bias, d.N, d.C);
+        layernorm_forward(d.out, d.mean, d.rstd, nullptr, d.x, nullptr, d.weight, d.bias, d.N, d.C);
     } else if (variant == 4) {
         layernorm_forward(d.out, d.mean, d.rstd, d.x, d.residual, d.projection, d.weight, d.bias, d.N, d.C);
     } else {
         residual_add(d.x, d.residual, d.projection, (size_t)d.N * d.C);
-        layernorm_forward(d.out, d.mean, d.rstd, NULL, d.x, NULL, d.weight, d.bias, d.N, d.C);
+        layernorm_forward(d.out, d.mean, d.rstd, nullptr, d.x, nullptr, d.weight, d.bias, d.N, d.C);
     }
 }
 

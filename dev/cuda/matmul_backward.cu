@@ -46,9 +46,9 @@ read and write.
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 11;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 11;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: thread per output, FP32",
     "2 trainer: bias_backward, inp_t, dweight + dinp GEMMs, TF32",
     "3 trainer's launchers in plain FP32 (-f 2)",
@@ -65,9 +65,9 @@ static const char* const VARIANT_NAMES[] = {
 // Relative to each output's max |value|. FP32: sums of up to N = 8192 terms (naive: in sequence);
 // split TF32 is held to the same.
 // TF32: both operands rounded to 10 mantissa bits, errors adding up at random over the sums.
-static const double FP32_TOLERANCE = 5e-5, TF32_TOLERANCE = 5e-3;
-static const int CHECKED_ROWS = 64, CHECKED_WEIGHTS = 4096;
-static const int AUTOTUNE_CANDIDATES = 16;
+constexpr double FP32_TOLERANCE = 5e-5, TF32_TOLERANCE = 5e-3;
+constexpr int CHECKED_ROWS = 64, CHECKED_WEIGHTS = 4096;
+constexpr int AUTOTUNE_CANDIDATES = 16;
 
 static bool uses_tf32(int variant) { return variant != 1 && variant != 3 && variant < 8; }
 static bool precision_variant(int variant) { return variant == 2 || variant == 3 || variant >= 8; }
@@ -103,7 +103,7 @@ __global__ void naive_dbias_kernel(float* dbias, const float* dout, int N, int O
     dbias[o] = sum;
 }
 
-typedef struct {
+struct Buffers {
     // variants 1-4 and 7: the fc layer; weight_t (C, OC), dout_t (OC, N), inp_t (C, N): transposed
     float *dinp, *dweight, *dbias, *dout, *inp, *weight, *weight_t, *dout_t, *inp_t;
     // variants 5-6: the fcproj layer's dinp and the fc bias gradient; fcprojw (C, OC), fcprojw_t
@@ -114,15 +114,15 @@ typedef struct {
     float *inp_split, *dout_split, *chunk_sums;  // variant 11: inp_t [hi | lo], dout_t [lo | hi], partials
     LtPlan bgradb_plan, dgelu_plan, dinp_plan, dweight_plan;  // the last two autotuned
     int N, C, OC;
-} Buffers;
+};
 
 // What variants 2, 3 and 7 run before their products: dbias and dout_t, then inp_t.
 static void bias_and_transposes(const Buffers& d) {
-    bias_backward(d.dbias, d.dout_t, NULL, d.partials, d.counters, d.dout, NULL, d.N, d.OC);
+    bias_backward(d.dbias, d.dout_t, nullptr, d.partials, d.counters, d.dout, nullptr, d.N, d.OC);
     transpose_matrices(d.inp_t, d.inp, d.N, d.C, 1);
 }
 
-static const int BATCHED_CHUNK = 256;  // variant 11
+constexpr int BATCHED_CHUNK = 256;  // variant 11
 
 // Variant 11's dweight (C, OC) = inp_t (C, N) dout_t^T in split TF32: the small terms as one product
 // over 2N (as the trainer), then hi hi over chunks of BATCHED_CHUNK as one batched product into
@@ -133,12 +133,12 @@ static void batched_chunks_dweight(const Buffers& d) {
     split_tf32(d.dout_split + N, d.dout_split, d.dout_t, OC, N, 2 * (size_t)N, 1, 0, 0);
     MatmulShape cross = {.m = C, .n = OC, .k = 2 * N, .trans_a = true, .trans_b = false, .lda = 2 * N, .ldb = 2 * N,
                          .batch = 1, .stride_a = 0, .stride_b = 0, .stride_out = 0, .tf32 = true};
-    matmul_call(d.dweight, d.inp_split, d.dout_split, NULL, cross, 1.0f, 0.0f, 0);
+    matmul_call(d.dweight, d.inp_split, d.dout_split, nullptr, cross, 1.0f, 0.0f, 0);
     size_t n = (size_t)C * OC;
     MatmulShape hi_hi = {.m = C, .n = OC, .k = BATCHED_CHUNK, .trans_a = true, .trans_b = false, .lda = 2 * N,
                          .ldb = 2 * N, .batch = chunks, .stride_a = BATCHED_CHUNK, .stride_b = BATCHED_CHUNK,
                          .stride_out = n, .tf32 = true};
-    matmul_call(d.chunk_sums, d.inp_split, d.dout_split + N, NULL, hi_hi, 1.0f, 0.0f, 0);
+    matmul_call(d.chunk_sums, d.inp_split, d.dout_split + N, nullptr, hi_hi, 1.0f, 0.0f, 0);
     sum_arrays(d.dweight, d.dweight, d.chunk_sums, n, chunks, n);
 }
 
@@ -165,7 +165,7 @@ static void launch_variant(int variant, const Buffers& d) {
         matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
         g_precision = MATMUL_TF32;
     } else if (variant == 4) {
-        matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f);
+        matmul(d.dinp, d.weight, d.dout, nullptr, C, N, OC, false, false, 1.0f, 0.0f);
         lt_run(&d.bgradb_plan, d.dweight, d.inp, d.dout, 0.0f);
     } else if (variant == 5) {
         lt_run(&d.dgelu_plan, d.dfch, d.fcprojw, d.dresidual, 0.0f);
@@ -182,8 +182,8 @@ static void launch_variant(int variant, const Buffers& d) {
 // The parts of variant 2 alone (the first four), then what they replace: the dinp product from
 // dout as stored (weight_t), from the weight as stored (cuBLASLt then reads the weight along its
 // rows' stride), the dweight product from inp and dout as stored, and the weight transposition.
-static const int NUM_PARTS = 8;
-static const char* const PART_NAMES[] = {"2 trainer, part: dinp GEMM (weight_t, dout_t)",
+constexpr int NUM_PARTS = 8;
+constexpr const char* PART_NAMES[] = {"2 trainer, part: dinp GEMM (weight_t, dout_t)",
                                          "2 trainer, part: dweight GEMM (dout_t, inp_t)",
                                          "2 trainer, part: bias_backward (dbias + dout_t)",
                                          "2 trainer, part: transpose_matrices of inp",
@@ -196,11 +196,11 @@ static void launch_part(int part, const Buffers& d) {
     int N = d.N, C = d.C, OC = d.OC;
     if (part == 0) { matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC); }
     else if (part == 1) { matmul_backward_weight(d.dweight, d.dout_t, d.inp_t, true, N, C, OC); }
-    else if (part == 2) { bias_backward(d.dbias, d.dout_t, NULL, d.partials, d.counters, d.dout, NULL, N, OC); }
+    else if (part == 2) { bias_backward(d.dbias, d.dout_t, nullptr, d.partials, d.counters, d.dout, nullptr, N, OC); }
     else if (part == 3) { transpose_matrices(d.inp_t, d.inp, N, C, 1); }
     else if (part == 4) { matmul_backward_input(d.dinp, d.dout, false, d.weight_t, N, C, OC); }
-    else if (part == 5) { matmul(d.dinp, d.weight, d.dout, NULL, C, N, OC, false, false, 1.0f, 0.0f); }
-    else if (part == 6) { matmul(d.dweight, d.inp, d.dout, NULL, C, OC, N, false, true, 1.0f, 0.0f); }
+    else if (part == 5) { matmul(d.dinp, d.weight, d.dout, nullptr, C, N, OC, false, false, 1.0f, 0.0f); }
+    else if (part == 6) { matmul(d.dweight, d.inp, d.dout, nullptr, C, OC, N, false, true, 1.0f, 0.0f); }
     else { transpose_matrices(d.weight_t, d.weight, OC, C, 1); }
 }
 
@@ -336,10 +336,10 @@ int main(int argc, char** argv) {
     split_scratch_reserve(2 * (n_out + n_in), 0);  // variant 8: the dweight product's two operands
     d.inp_split = gpu_floats(2 * n_in), d.dout_split = gpu_floats(2 * n_out);
     d.chunk_sums = gpu_floats((size_t)N / BATCHED_CHUNK * n_weight);
-    d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.dbias, NULL);
+    d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.dbias, nullptr);
     d.dgelu_plan = lt_plan(OC, N, C, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, d.dfcb, d.fch);
-    d.dinp_plan = lt_plan(C, N, OC, true, true, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);      // weight_t, dout_t
-    d.dweight_plan = lt_plan(C, OC, N, true, false, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);  // inp_t, dout_t
+    d.dinp_plan = lt_plan(C, N, OC, true, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr);      // weight_t, dout_t
+    d.dweight_plan = lt_plan(C, OC, N, true, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr);  // inp_t, dout_t
     if (variant_selected(7)) {
         fill_inputs(d);
         reset_outputs(d);
@@ -351,9 +351,9 @@ int main(int argc, char** argv) {
     }
     for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
         if (!variant_selected(variant)) { continue; }
-        LtPlan* plan = variant == 4 ? &d.bgradb_plan : variant == 5 ? &d.dgelu_plan : NULL;
+        LtPlan* plan = variant == 4 ? &d.bgradb_plan : variant == 5 ? &d.dgelu_plan : nullptr;
         bool plan_works = variant == 7 ? d.dinp_plan.supported && d.dweight_plan.supported
-                          : plan == NULL || (variant == 4 ? lt_try(plan, d.dweight, d.inp, d.dout, 0.0f)
+                          : plan == nullptr || (variant == 4 ? lt_try(plan, d.dweight, d.inp, d.dout, 0.0f)
                                                           : lt_try(plan, d.dfch, d.fcprojw, d.dresidual, 0.0f));
         if (!plan_works) {
             note("%s: cuBLASLt has no algorithm for this epilogue with FP32 data", VARIANT_NAMES[variant]);
@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
         Launch launch = [&] { launch_variant(variant, d); };
         Launch reset = [&] { reset_outputs(d); };
         Determinism det = deterministic(launch, reset, outputs_of(d, variant));
-        if (plan != NULL) {
+        if (plan != nullptr) {
             Output bias = variant == 4 ? Output{d.dbias, (size_t)OC} : Output{d.dfcb, (size_t)OC};
             note("%s: its bias gradient alone bit-identical over 10 runs: %s", VARIANT_NAMES[variant],
                  deterministic(launch, reset, {bias}) == DETERMINISM_YES ? "yes" : "NO");

@@ -29,9 +29,9 @@ FLOPs counted: 2 N K OC (the bias and the GELU are not counted).
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 11;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 11;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: thread per output, FP32",
     "2 FP32 tiled: 128x128 block tile, 8x8 per thread",
     "3 trainer: matmul_forward, cuBLASLt TF32 + bias",
@@ -48,8 +48,8 @@ static const char* const VARIANT_NAMES[] = {
 // Relative to max |out|. FP32: sums of K products (~sqrt(K) * 6e-8); split TF32 is held to the same
 // (the issue asks for at most 2x plain FP32's measured error). TF32: both operands rounded to 10
 // mantissa bits (2^-11 relative each), the errors of K products adding up at random.
-static const double FP32_TOLERANCE = 1e-5, TF32_TOLERANCE = 5e-3;
-static const int AUTOTUNE_CANDIDATES = 16;
+constexpr double FP32_TOLERANCE = 1e-5, TF32_TOLERANCE = 5e-3;
+constexpr int AUTOTUNE_CANDIDATES = 16;
 // Rows of out compared with the CPU (all are NaN-checked): about 150M multiply-adds in double.
 static int checked_rows(int K, int OC) { return std::max(4, (int)(64LL * 768 * 3072 / ((long long)K * OC))); }
 
@@ -65,12 +65,12 @@ __global__ void naive_kernel(float* out, const float* inp, const float* weight, 
     if (idx >= (size_t)N * OC) { return; }
     size_t row = idx / OC;
     int o = idx % OC;
-    float sum = bias != NULL ? bias[o] : 0.0f;
+    float sum = bias != nullptr ? bias[o] : 0.0f;
     for (int k = 0; k < K; k++) { sum += inp[row * K + k] * weight[(size_t)o * K + k]; }
     out[idx] = sum;
 }
 
-static const int TILE = 128, TILE_K = 8;  // variant 2: N, OC multiples of TILE, K of TILE_K
+constexpr int TILE = 128, TILE_K = 8;  // variant 2: N, OC multiples of TILE, K of TILE_K
 
 // A 128 x 128 tile of out per block of 256 threads (16 x 16, each 8 x 8 outputs). Each step
 // stages a TILE_K-deep slice of both operands in shared memory, k-major, so that the inner loop
@@ -117,20 +117,20 @@ __global__ void __launch_bounds__(256) tiled_kernel(float* out, const float* inp
     }
 }
 
-typedef struct {
+struct Shape {
     const char* name;
     int N, K, OC;
     bool has_bias;
-} Shape;
+};
 
-typedef struct {
+struct Buffers {
     float *out, *pre, *inp, *weight, *bias;  // pre: the GELU's input (variants 5, 6)
     float *inp_hi, *inp_lo, *weight_hi, *weight_lo;  // variant 9's split operands
     LtPlan gelu_plan, tuned_plan;  // tuned_plan: variant 7, for the shape at hand
-} Buffers;
+};
 
 static void launch_variant(int variant, const Buffers& d, Shape s) {
-    const float* bias = s.has_bias ? d.bias : NULL;
+    const float* bias = s.has_bias ? d.bias : nullptr;
     if (variant == 1) {
         naive_kernel<<<ceil_div((size_t)s.N * s.OC, 256), 256>>>(d.out, d.inp, d.weight, bias, s.N, s.K, s.OC);
         cudaCheck(cudaGetLastError());
@@ -147,8 +147,8 @@ static void launch_variant(int variant, const Buffers& d, Shape s) {
     } else if (variant == 9) {
         split_tf32(d.inp_hi, d.inp_lo, d.inp, s.N, s.K, s.K, 1, 0, 0);
         split_tf32(d.weight_hi, d.weight_lo, d.weight, s.OC, s.K, s.K, 1, 0, 0);
-        matmul(d.out, d.weight_hi, d.inp_lo, NULL, s.OC, s.N, s.K, true, false, 1.0f, 0.0f);
-        matmul(d.out, d.weight_lo, d.inp_hi, NULL, s.OC, s.N, s.K, true, false, 1.0f, 1.0f);
+        matmul(d.out, d.weight_hi, d.inp_lo, nullptr, s.OC, s.N, s.K, true, false, 1.0f, 0.0f);
+        matmul(d.out, d.weight_lo, d.inp_hi, nullptr, s.OC, s.N, s.K, true, false, 1.0f, 1.0f);
         matmul(d.out, d.weight_hi, d.inp_hi, bias, s.OC, s.N, s.K, true, false, 1.0f, 1.0f);
     } else if (variant == 5) {
         lt_run(&d.gelu_plan, d.out, d.weight, d.inp, 0.0f);
@@ -214,7 +214,7 @@ static void run_shape(Buffers* b, Shape s, int variant) {
     const Buffers& d = *b;
     if (variant == 7) {
         cublasLtEpilogue_t epilogue = s.has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-        b->tuned_plan = lt_plan(s.OC, s.N, s.K, true, false, epilogue, s.has_bias ? d.bias : NULL, NULL);
+        b->tuned_plan = lt_plan(s.OC, s.N, s.K, true, false, epilogue, s.has_bias ? d.bias : nullptr, nullptr);
         fill_uniform(d.inp, (size_t)s.N * s.K, -1.0f, 1.0f);  // timed on random data, never zeros
         fill_uniform(d.weight, (size_t)s.OC * s.K, -0.1f, 0.1f);
         note("7, %s: the fastest algorithm is the heuristic's number %d (0: its own choice)", s.name,

@@ -12,15 +12,15 @@ Bytes counted: a and b read once, out written once (3 n floats).
 */
 #include "common.h"
 
-static const int NUM_VARIANTS = 2;
-static const char* const VARIANT_NAMES[] = {
-    NULL,
+constexpr int NUM_VARIANTS = 2;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
     "1 naive: thread per element",
     "2 float4 per thread (the trainer's, before fusion a)",
 };
 
 // One float rounding of the exact sum: at most 2^-24 of |out|.
-static const double TOLERANCE = 1e-7;
+constexpr double TOLERANCE = 1e-7;
 
 __global__ void naive_kernel(float* out, const float* a, const float* b, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
