@@ -156,10 +156,14 @@ static inline bool model_shape_by_depth(const char* name, ModelShape* shape) {
     return false;
 }
 
-// The parameter count without overflow, for checking a shape read from a file.
+// The parameter count (the table's) without overflow, for checking a shape read from a file.
 static inline unsigned __int128 model_file_exact_parameters(const ModelShape* s) {
-    unsigned __int128 Vp = s->padded_vocab_size, C = s->channels, L = s->num_layers, T = s->max_seq_len;
-    return Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+    unsigned __int128 total = 0;
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
+        const ParameterTensor& p = PARAMETER_TENSORS[t];
+        total += (unsigned __int128)parameter_dim(s, p.rows) * parameter_dim(s, p.cols) * (p.per_layer ? s->num_layers : 1);
+    }
+    return total;
 }
 
 // What makes a shape one this format cannot hold (a non-positive size, C not divisible by NH or
