@@ -3221,9 +3221,7 @@ static void gpt2_allocate_comm(GPT2* model) {
         // the same size on every rank (windows are registered collectively): the largest slice's
         size_t slice = model->shard.chunks_per_rank * ZERO_CHUNK;
         model->received = comm_buffer((world - 1) * slice * sizeof(float), "gradients from other ranks");
-        const char* overlap = getenv("GPT2_OVERLAP");
-        int level = overlap == nullptr ? 0 : overlap[0] - '0';
-        if (overlap != nullptr && (strlen(overlap) != 1 || level < 0 || level > 2)) { fail("GPT2_OVERLAP=%s: must be 0, 1 or 2", overlap); }
+        int level = env_int("GPT2_OVERLAP", 0, 2, 0);
         model->overlap_grads = level >= 1;
         model->overlap_params = level >= 2;
         bool layered[NUM_PARAMETER_TENSORS];

@@ -66,12 +66,8 @@ static ncclConfig_t comm_config() {
         if (i == 3) { fail("GPT2_NCCL_CTA_POLICY=%s: must be default, efficiency or zero", policy); }
         config.CTAPolicy = policies[i];
     }
-    if (const char* max_ctas = getenv("GPT2_NCCL_MAX_CTAS")) {
-        char* end = nullptr;
-        long n = strtol(max_ctas, &end, 10);
-        if (*max_ctas == '\0' || *end != '\0' || n < 1 || n > 64) { fail("GPT2_NCCL_MAX_CTAS=%s: must be 1..64", max_ctas); }
-        config.maxCTAs = (int)n;
-    }
+    int max_ctas = env_int("GPT2_NCCL_MAX_CTAS", 1, 64, 0);
+    if (max_ctas > 0) { config.maxCTAs = max_ctas; }
     return config;
 }
 #endif
@@ -79,21 +75,11 @@ static ncclConfig_t comm_config() {
 // The CTAs (thread blocks on the GPU's multiprocessors) that NCCL may use for the moves that
 // overlap computation, so that they take few multiprocessors from it: GPT2_NCCL_BACKGROUND_CTAS;
 // 0, the default, runs them like the others (fewer measured slower, docs/performance.md).
-static int comm_background_ctas() {
-    const char* ctas = getenv("GPT2_NCCL_BACKGROUND_CTAS");
-    if (ctas == nullptr) { return 0; }
-    char* end = nullptr;
-    long n = strtol(ctas, &end, 10);
-    if (*ctas == '\0' || *end != '\0' || n < 0 || n > 64) { fail("GPT2_NCCL_BACKGROUND_CTAS=%s: must be 0..64", ctas); }
-    return (int)n;
-}
+static int comm_background_ctas() { return env_int("GPT2_NCCL_BACKGROUND_CTAS", 0, 64, 0); }
 
 // Whether the buffers that NCCL moves are registered as symmetric windows (GPT2_NCCL_WINDOWS=1),
 // which lets NCCL 2.28 move them with the copy engines under the zero-CTA policy.
-static bool comm_windows() {
-    const char* windows = getenv("GPT2_NCCL_WINDOWS");
-    return windows != nullptr && strcmp(windows, "1") == 0;
-}
+static bool comm_windows() { return env_int("GPT2_NCCL_WINDOWS", 0, 1, 0) == 1; }
 
 #ifdef USE_NCCL
 static std::vector<std::pair<void*, ncclWindow_t>> g_comm_windows;  // comm_malloc's registered buffers

@@ -117,6 +117,17 @@ static inline int64_t file_size(const char* path) {
 
 static inline bool file_exists(const char* path) { return access(path, F_OK) == 0; }
 
+// An integer environment variable in [lo, hi], or `unset` when it is not set; anything else fails
+// with one line naming the variable and the range.
+static inline int env_int(const char* name, int lo, int hi, int unset) {
+    const char* text = getenv(name);
+    if (text == nullptr) { return unset; }
+    char* end = nullptr;
+    long n = strtol(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || n < lo || n > hi) { fail("%s=%s: must be an integer in [%d, %d]", name, text, lo, hi); }
+    return (int)n;
+}
+
 // Atomic writes: open_atomic() returns a FILE* on "<path>.tmp.<host>.<pid>", atomic_write_or_fail()
 // writes to it, commit_atomic() flushes, fsyncs and renames it over `path`, then fsyncs the
 // directory so that the rename survives a power loss. A crash in between leaves `path` untouched;

@@ -334,6 +334,20 @@ TEST(signals_from_another_process_stop_a_polling_loop) {
 // ----------------------------------------------------------------------------
 // stale temporary files
 
+// The NCCL and overlap switches' parser: unset, in range, and each kind of bad value.
+TEST(env_int_reads_a_range_or_fails) {
+    unsetenv("TEST_ENV_INT");
+    CHECK(env_int("TEST_ENV_INT", 0, 2, 7) == 7);
+    setenv("TEST_ENV_INT", "2", 1);
+    CHECK(env_int("TEST_ENV_INT", 0, 2, 7) == 2);
+    for (const char* bad : {"3", "-1", "", "1x", "one"}) {
+        setenv("TEST_ENV_INT", bad, 1);
+        std::string expected = std::string("TEST_ENV_INT=") + bad + ": must be an integer in [0, 2]";
+        CHECK(expect_exit_failure([] { env_int("TEST_ENV_INT", 0, 2, 0); }, expected.c_str()));
+    }
+    unsetenv("TEST_ENV_INT");
+}
+
 TEST(stale_temp_names) {
     CHECK(atomic_temp_pid("model.bin.tmp.node-7.1234", "node-7") == 1234);
     CHECK(atomic_temp_pid("model.bin.tmp.node-7.1234", "node-8") == 0);  // another host's
