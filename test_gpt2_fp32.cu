@@ -203,7 +203,9 @@ int main(int argc, char** argv) {
     const char* model_path = nullptr;
     const char* state_path = nullptr;
     int precision = MATMUL_SPLIT_TF32;
-    const char* usage = "usage: test_gpt2_fp32 [-m MODEL -s STATE] [-f 0|1|2] | --decode";
+    // -c: split TF32's chunk of summed values (-f 0; the trainer's 256 by default): 32 takes the
+    // fixtures' products through both ways of adding the chunks (split_partial_floats)
+    const char* usage = "usage: test_gpt2_fp32 [-m MODEL -s STATE] [-f 0|1|2] [-c CHUNK] | --decode";
     if (argc == 2 && strcmp(argv[1], "--decode") == 0) {
         if (!cuda_setup(MATMUL_FP32)) {
             printf("SKIPPED (no GPU): test_gpt2_fp32 --decode\n");
@@ -219,6 +221,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "-m") == 0) { model_path = argv[i + 1]; }
         else if (strcmp(argv[i], "-s") == 0) { state_path = argv[i + 1]; }
         else if (strcmp(argv[i], "-f") == 0 && is_precision(argv[i + 1])) { precision = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "-c") == 0 && atoi(argv[i + 1]) >= 32) { g_split_chunk = atoi(argv[i + 1]); }
         else { fail("unknown flag or value %s %s (%s)", argv[i], argv[i + 1], usage); }
     }
     if ((model_path == nullptr) != (state_path == nullptr)) { fail("flags -m and -s go together (%s)", usage); }
@@ -247,6 +250,7 @@ int main(int argc, char** argv) {
     printf("test_gpt2_fp32: %s (version %d), %s attention, %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n",
            state_path, st.version, attention_name(c->attention), precision_name(precision), st.B, st.T,
            c->num_layers, c->num_heads, c->channels, c->vocab_size, c->padded_vocab_size);
+    if (precision == MATMUL_SPLIT_TF32) { printf("split TF32: hi hi in chunks of %d summed values\n", g_split_chunk); }
     printf("%-22s %12s %12s %12s  %-8s %s\n", "check", "ref scale", "error", "tolerance", "kind", "");
     gpt2_allocate_activations(&model, st.B, st.T);
     size_t BT = (size_t)st.B * st.T;

@@ -42,6 +42,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include <time.h>
 
 #include <array>
+#include <type_traits>
 #include <map>
 #include <vector>
 
@@ -872,22 +873,38 @@ __device__ __forceinline__ float tf32_round(float x) {
 // Split TF32 (-f 0): x = hi + lo, hi = tf32_round(x) and lo = tf32_round(x - hi), both exact TF32
 // values, so that a TF32 product reads them whole; hi lo + lo hi + hi hi (the dropped lo lo under
 // 2^-22 of |x y|) is as accurate as an FP32 product. Each of batch matrices in (rows, cols), in_stride
-// floats apart, goes to hi and lo with leading dimension ld, out_stride floats apart.
+// floats apart, goes to hi and lo with leading dimension ld, out_stride floats apart. Block (x, y, z)
+// of 32 x 8 threads: 32 x V columns of every 8 gridDim.y-th row of matrix z, V values per thread.
+template <int V>
 __global__ void split_tf32_kernel(float* hi, float* lo, const float* in, int rows, int cols, size_t ld,
                                   size_t in_stride, size_t out_stride) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)rows * cols) { return; }
-    size_t row = i / cols, out = blockIdx.y * out_stride + row * ld + i % cols;
-    float x = in[blockIdx.y * in_stride + i];
-    float x_hi = tf32_round(x);
-    hi[out] = x_hi;
-    lo[out] = tf32_round(x - x_hi);
+    using Vec = std::conditional_t<V == 4, float4, float>;
+    int col = (blockIdx.x * 32 + threadIdx.x) * V;
+    if (col >= cols) { return; }
+    for (size_t row = blockIdx.y * 8 + threadIdx.y; row < (size_t)rows; row += gridDim.y * 8) {
+        Vec x = *(const Vec*)(in + blockIdx.z * in_stride + row * cols + col);
+        Vec x_hi, x_lo;
+        const float* xs = (const float*)&x;
+        float *h = (float*)&x_hi, *l = (float*)&x_lo;
+        for (int i = 0; i < V; i++) {
+            h[i] = tf32_round(xs[i]);
+            l[i] = tf32_round(xs[i] - h[i]);
+        }
+        size_t out = blockIdx.z * out_stride + row * ld + col;
+        *(Vec*)(hi + out) = x_hi;
+        *(Vec*)(lo + out) = x_lo;
+    }
 }
 
+// float4 where every row starts 16-byte aligned in and out, else one value per thread.
 static void split_tf32(float* hi, float* lo, const float* in, int rows, int cols, size_t ld, int batch,
                        size_t in_stride, size_t out_stride, cudaStream_t stream = 0) {
-    dim3 grid(ceil_div((size_t)rows * cols, 256), batch);
-    split_tf32_kernel<<<grid, 256, 0, stream>>>(hi, lo, in, rows, cols, ld, in_stride, out_stride);
+    bool vec = common_alignment({(uint64_t)hi, (uint64_t)lo, (uint64_t)in, 4ull * cols, 4 * ld, 4 * in_stride,
+                                 4 * out_stride}) >= 16;
+    int per_thread = vec ? 4 : 1;
+    dim3 grid(ceil_div(cols, 32 * per_thread), std::min((int)ceil_div(rows, 8), 65535), batch);
+    if (vec) { split_tf32_kernel<4><<<grid, dim3(32, 8), 0, stream>>>(hi, lo, in, rows, cols, ld, in_stride, out_stride); }
+    else { split_tf32_kernel<1><<<grid, dim3(32, 8), 0, stream>>>(hi, lo, in, rows, cols, ld, in_stride, out_stride); }
     cudaCheck(cudaGetLastError());
 }
 
@@ -935,14 +952,36 @@ static SplitOperand split_operand(float* scratch, const float* x, int summed, in
 // Over a long summed dimension the hi hi product drifts toward zero, as if the tensor cores added
 // each group of 8 products into their FP32 accumulator rounding toward zero (H100, lab: 1.8e-6 of
 // max |out| at K = 768, 7.3e-6 at 3072, 1.8e-5 at 8192, against plain FP32's 0.7-1.0e-6). So hi hi
-// runs in chunks of at most g_split_chunk summed values (0: one product), each added in FP32
-// (beta = 1): chunks of 256 gave 6-7.5e-7 at every shape, of 384 8.7-9.9e-7 (K = 768), of 512
+// runs in chunks of at most g_split_chunk summed values (0: one product), each summed from zero and
+// added in FP32: chunks of 256 gave 6-7.5e-7 at every shape, of 384 8.7-9.9e-7 (K = 768), of 512
 // 1.2-1.4e-6.
 static int g_split_chunk = 256;
 
+// Equal chunks of a summed dimension k, each a multiple of 32 values (128-byte aligned operands);
+// the last may be shorter.
+static int split_chunk_size(int k) {
+    int chunks = g_split_chunk > 0 ? (int)ceil_div(k, g_split_chunk) : 1;
+    return (int)ceil_div(ceil_div(k, chunks), 32) * 32;
+}
+
+// A product of this many chunks or more adds them through partial sums, made by one batched
+// product: each chunk's product is short (256 summed values), and one after another they under-fill
+// the GPU and each reads and writes the whole output. H100, d12 B=8 -f 0: 122.3 ms a step with
+// every chunk one by one, 117.0 with the weight gradients' (32 chunks) batched, 117.6 with also the
+// input gradients' (12) and the forward products' (3 and 12); the 3 chunks of K = 768 lose.
+constexpr int SPLIT_BATCHED_MIN_CHUNKS = 8;
+
+// Floats of partial sums a product (m x n) over k needs for its hi hi chunks (0: one by one).
+static size_t split_partial_floats(size_t m, size_t n, int k) {
+    size_t chunks = ceil_div(k, split_chunk_size(k));
+    return chunks >= SPLIT_BATCHED_MIN_CHUNKS ? chunks * m * n : 0;
+}
+
 // The product in split TF32: A = [A_hi | A_lo] and B = [B_lo ; B_hi] along a doubled summed
-// dimension give the small terms A_hi B_lo + A_lo B_hi in one TF32 product, then A_hi B_hi is
-// added in chunks (beta = 1), with the bias.
+// dimension give the small terms A_hi B_lo + A_lo B_hi in one TF32 product, with the bias, then
+// A_hi B_hi is added in chunks: through partial sums (split_partial_floats) where they fit the
+// scratch beside the operands, added in chunk order; else one product per chunk added by its
+// epilogue (beta = 1).
 static void matmul_split(float* out, const float* a, const float* b, const float* bias, MatmulShape s, float alpha,
                          float beta, cudaStream_t stream) {
     int slot = stream == g_side_stream ? 1 : 0;
@@ -961,17 +1000,40 @@ static void matmul_split(float* out, const float* a, const float* b, const float
     s.tf32 = true;
     MatmulShape cross = s;
     cross.k = 2 * s.k;
-    matmul_call(out, sa.data, sb.data, nullptr, cross, alpha, beta, stream);
-    // equal chunks, a multiple of 32 values (128-byte aligned operands); a chunk's first summed
-    // value sits 1 apart along a contiguous summed dimension, else ld apart
-    int chunks = g_split_chunk > 0 ? (int)ceil_div(s.k, g_split_chunk) : 1;
-    int chunk = (int)ceil_div(ceil_div(s.k, chunks), 32) * 32;
-    size_t a_step = s.trans_a ? 1 : s.lda, b_step = s.trans_b ? s.ldb : 1;
-    for (int k0 = 0; k0 < s.k; k0 += chunk) {
+    matmul_call(out, sa.data, sb.data, bias, cross, alpha, beta, stream);
+
+    // a chunk's first summed value sits 1 apart along a contiguous summed dimension, else ld apart
+    int chunk = split_chunk_size(s.k), full_chunks = s.k / chunk, last = s.k % chunk;
+    size_t a_step = (s.trans_a ? 1 : s.lda) * (size_t)chunk, b_step = (s.trans_b ? s.ldb : 1) * (size_t)chunk;
+    const float* a_hi = sa.data + sa.hi_offset;
+    const float* b_hi = sb.data + sb.hi_offset;
+    size_t n = (size_t)s.m * s.n;
+    size_t operands = ceil_div(a_floats + b_floats, 4) * 4;  // the partial sums 16-byte aligned (sum_arrays)
+    float* partials = scratch + operands;
+    size_t partial_floats = split_partial_floats(s.m, s.n, s.k);
+    bool at_once = s.batch == 1 && partial_floats > 0 && n % 4 == 0 &&
+                   operands + partial_floats <= g_split_scratch_floats[slot];
+    if (at_once) {
         MatmulShape part = s;
-        part.k = std::min(chunk, s.k - k0);
-        matmul_call(out, sa.data + sa.hi_offset + k0 * a_step, sb.data + sb.hi_offset + k0 * b_step,
-                    k0 + part.k == s.k ? bias : nullptr, part, alpha, 1.0f, stream);
+        part.k = chunk;
+        part.batch = full_chunks;
+        part.stride_a = a_step;
+        part.stride_b = b_step;
+        part.stride_out = n;
+        matmul_call(partials, a_hi, b_hi, nullptr, part, alpha, 0.0f, stream);
+        if (last > 0) {
+            part.k = last;
+            part.batch = 1;
+            matmul_call(partials + full_chunks * n, a_hi + full_chunks * a_step, b_hi + full_chunks * b_step, nullptr,
+                        part, alpha, 0.0f, stream);
+        }
+        sum_arrays(out, out, partials, n, full_chunks + (last > 0), n, stream);
+        return;
+    }
+    for (int c = 0; c < full_chunks + (last > 0); c++) {
+        MatmulShape part = s;
+        part.k = c < full_chunks ? chunk : last;
+        matmul_call(out, a_hi + c * a_step, b_hi + c * b_step, nullptr, part, alpha, 1.0f, stream);
     }
 }
 
@@ -3359,13 +3421,20 @@ static void gpt2_build_from_scratch(GPT2* model, const ModelShape* config, uint6
 }
 
 // Split TF32's scratch for every product of a step over B x T tokens: two copies of both operands,
-// at most the fc layer's weight gradient (dfch_t, inp_t) and weight, on the side stream; the LM
-// head's, chunks of R rows (wte, logits, lnf), on the main stream.
+// at most the fc layer's weight gradient (dfch_t, inp_t) and weight, and the partial sums of the
+// products that chunk through them: the layers' forward and input-gradient products on the main
+// stream, their weight gradients on the side stream; the LM head's operands, chunks of R rows (wte,
+// logits, lnf), on the main stream.
 static void reserve_split_operands(const ModelShape* c, int B, int T) {
     size_t C = c->channels, Vp = c->padded_vocab_size, BT = (size_t)B * T;
     size_t R = std::min(BT, classifier_chunk_rows());
-    size_t layer = 5 * C * BT + 4 * C * C, lm_head = Vp * (C + R) + C * R;
-    split_scratch_reserve(2 * std::max(layer, lm_head), 2 * layer);
+    size_t layer = 2 * (5 * C * BT + 4 * C * C) + 4, lm_head = 2 * (Vp * (C + R) + C * R);
+    size_t main_partials = 0, side_partials = 0;
+    for (size_t OC : {3 * C, C, 4 * C}) {
+        main_partials = std::max({main_partials, split_partial_floats(OC, BT, (int)C), split_partial_floats(C, BT, (int)OC)});
+        side_partials = std::max(side_partials, split_partial_floats(C, OC, (int)BT));
+    }
+    split_scratch_reserve(std::max(layer + main_partials, lm_head), layer + side_partials);
 }
 
 // Activations and batch buffers for batches of at most B x T.

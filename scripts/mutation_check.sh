@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 arch=${1:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '.')}
 fixtures=dev/test/fixtures
 
-# name | fixtures it must fail on | sed expression applied to train_gpt2_fp32.cu
+# name | fixtures it must fail on (KIND+c32: with -c 32, split TF32's chunks of 32) | sed expression
+# applied to train_gpt2_fp32.cu
 mutations=(
   "relu forward without 1/(t+1)|relu|s#row_scale\[i\] = 1.0f / (warp_query0 + transposed_row(i, q) + 1);#row_scale[i] = 1.0f;#"
   "relu backward without 1/(t+1)|relu|s#dp = s > 0.0f ? dp \* stat_a : 0.0f;#dp = s > 0.0f ? dp : 0.0f;#"
@@ -25,6 +26,9 @@ mutations=(
   "dlnf without its last vocabulary chunk|softmax|s#partials + n, n, splits - 1, n)#partials + n, n, splits - 2, n)#"
   "transposing kernels store only each step's first 32-row tile|softmax|s#t < ROWS / 32; t++#t < 1; t++#"
   "classifier running sum not rescaled to a new maximum|softmax|s#stats\[k\].sum \*= exp2f((stats\[k\].max - chunk_max) \* LOG2E);#stats[k].sum *= 1.0f;#"
+  "split TF32 without the low parts|softmax|s#l\[i\] = tf32_round(xs\[i\] - h\[i\]);#l[i] = 0.0f;#"
+  "split TF32 hi hi chunks one by one without the last|softmax|s#for (int c = 0; c < full_chunks + (last > 0); c++)#for (int c = 0; c < full_chunks + (last > 0) - 1; c++)#"
+  "split TF32 partial sums without the last chunk|softmax+c32|s#sum_arrays(out, out, partials, n, full_chunks + (last > 0), n, stream)#sum_arrays(out, out, partials, n, full_chunks + (last > 0) - 1, n, stream)#"
 )
 
 caught=0
@@ -55,8 +59,10 @@ for entry in "${mutations[@]}"; do
     missed=$((missed + 1))
     continue
   fi
-  for kind in $kinds; do
-    if "$dir/test" -f 0 -m $fixtures/gpt2_small_${kind}_model.bin -s $fixtures/gpt2_small_${kind}_state.bin > "$dir/$kind.log" 2>&1; then
+  for entry_kind in $kinds; do
+    kind=${entry_kind%+c32}
+    chunk=(); [ "$kind" = "$entry_kind" ] || chunk=(-c 32)
+    if "$dir/test" -f 0 "${chunk[@]}" -m $fixtures/gpt2_small_${kind}_model.bin -s $fixtures/gpt2_small_${kind}_state.bin > "$dir/$kind.log" 2>&1; then
       echo "MISSED       $name ($kind): the test passed"
       missed=$((missed + 1))
     elif ! grep -q 'FAIL$' "$dir/$kind.log"; then  # a crash is not a catch

@@ -25,12 +25,13 @@ contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights chang
   variant 7  as 2, each product with the fastest of cuBLASLt's first 16 heuristic algorithms,
              timed here on these shapes (autotuning, instead of the heuristic's first choice)
   variant 8  as 2 in split TF32, FP32 accuracy on the tensor cores (the trainer's -f 0; see
-             matmul_forward.cu's variant 8): hi hi in chunks of at most 256 summed values
+             matmul_forward.cu's variant 8): hi hi in chunks of at most 256 summed values, dweight's
+             32 and dinp's 12 as one batched TF32 product into partial sums, which sum_arrays adds
+             to the small terms in chunk order (scratch: 32 x OC x C)
   variant 9  as 8, hi hi in one product
   variant 10 as 8, hi hi in chunks of at most 384
-  variant 11 as 8, but the dweight product's hi hi chunks of 256 (32 over N = 8192) as one batched
-             TF32 product into partial sums, which sum_arrays then adds to the small terms in chunk
-             order: the same sums, the chip filled by 32 x as many tiles (scratch: 32 x OC x C)
+  variant 11 as 8, every chunk a product of its own added by its epilogue (beta = 1), no room
+             reserved for partial sums (the trainer's form until 2026-11-26)
 Variants 2, 3 and 8-11 also print dinp's and dweight's max and mean error (mean |out - ref| over mean
 |ref|) against FP64.
 
@@ -59,7 +60,7 @@ constexpr const char* VARIANT_NAMES[] = {
     "8 trainer's launchers in split TF32 (-f 0)",
     "9 as 8, hi hi in one product",
     "10 as 8, hi hi in chunks of 384",
-    "11 as 8, dweight's hi hi chunks batched into partials",
+    "11 as 8, every hi hi chunk a product of its own",
 };
 
 // Relative to each output's max |value|. FP32: sums of up to N = 8192 terms (naive: in sequence);
@@ -111,7 +112,7 @@ struct Buffers {
     float *dfch, *dfcb, *dresidual, *fch, *fcprojw, *fcprojw_t, *dgelu, *dfch_t, *gelu_t;
     float* partials;
     unsigned int* counters;
-    float *inp_split, *dout_split, *chunk_sums;  // variant 11: inp_t [hi | lo], dout_t [lo | hi], partials
+    size_t split_operands;  // split TF32's scratch for the operands alone (variant 11)
     LtPlan bgradb_plan, dgelu_plan, dinp_plan, dweight_plan;  // the last two autotuned
     int N, C, OC;
 };
@@ -122,26 +123,6 @@ static void bias_and_transposes(const Buffers& d) {
     transpose_matrices(d.inp_t, d.inp, d.N, d.C, 1);
 }
 
-constexpr int BATCHED_CHUNK = 256;  // variant 11
-
-// Variant 11's dweight (C, OC) = inp_t (C, N) dout_t^T in split TF32: the small terms as one product
-// over 2N (as the trainer), then hi hi over chunks of BATCHED_CHUNK as one batched product into
-// chunk_sums, added in chunk order.
-static void batched_chunks_dweight(const Buffers& d) {
-    int N = d.N, C = d.C, OC = d.OC, chunks = N / BATCHED_CHUNK;
-    split_tf32(d.inp_split, d.inp_split + N, d.inp_t, C, N, 2 * (size_t)N, 1, 0, 0);
-    split_tf32(d.dout_split + N, d.dout_split, d.dout_t, OC, N, 2 * (size_t)N, 1, 0, 0);
-    MatmulShape cross = {.m = C, .n = OC, .k = 2 * N, .trans_a = true, .trans_b = false, .lda = 2 * N, .ldb = 2 * N,
-                         .batch = 1, .stride_a = 0, .stride_b = 0, .stride_out = 0, .tf32 = true};
-    matmul_call(d.dweight, d.inp_split, d.dout_split, nullptr, cross, 1.0f, 0.0f, 0);
-    size_t n = (size_t)C * OC;
-    MatmulShape hi_hi = {.m = C, .n = OC, .k = BATCHED_CHUNK, .trans_a = true, .trans_b = false, .lda = 2 * N,
-                         .ldb = 2 * N, .batch = chunks, .stride_a = BATCHED_CHUNK, .stride_b = BATCHED_CHUNK,
-                         .stride_out = n, .tf32 = true};
-    matmul_call(d.chunk_sums, d.inp_split, d.dout_split + N, nullptr, hi_hi, 1.0f, 0.0f, 0);
-    sum_arrays(d.dweight, d.dweight, d.chunk_sums, n, chunks, n);
-}
-
 static void launch_variant(int variant, const Buffers& d) {
     int N = d.N, C = d.C, OC = d.OC;
     if (variant == 1) {
@@ -149,20 +130,17 @@ static void launch_variant(int variant, const Buffers& d) {
         naive_dweight_kernel<<<ceil_div((size_t)OC * C, 256), 256>>>(d.dweight, d.dout, d.inp, N, C, OC);
         naive_dbias_kernel<<<ceil_div(OC, 256), 256>>>(d.dbias, d.dout, N, OC);
         cudaCheck(cudaGetLastError());
-    } else if (variant == 2 || variant == 3 || (variant >= 8 && variant <= 10)) {
+    } else if (variant == 2 || variant == 3 || variant >= 8) {
         g_precision = variant == 2 ? MATMUL_TF32 : variant == 3 ? MATMUL_FP32 : MATMUL_SPLIT_TF32;
         int trainer_chunk = g_split_chunk;
+        size_t reserved = g_split_scratch_floats[0];
         g_split_chunk = variant == 9 ? 0 : variant == 10 ? 384 : trainer_chunk;
+        if (variant == 11) { g_split_scratch_floats[0] = d.split_operands; }  // the partial sums do not fit
         bias_and_transposes(d);
         matmul_backward_weight(d.dweight, d.dout_t, d.inp_t, true, N, C, OC);
         matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
         g_split_chunk = trainer_chunk;
-        g_precision = MATMUL_TF32;
-    } else if (variant == 11) {
-        bias_and_transposes(d);
-        batched_chunks_dweight(d);
-        g_precision = MATMUL_SPLIT_TF32;
-        matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
+        g_split_scratch_floats[0] = reserved;
         g_precision = MATMUL_TF32;
     } else if (variant == 4) {
         matmul(d.dinp, d.weight, d.dout, nullptr, C, N, OC, false, false, 1.0f, 0.0f);
@@ -333,9 +311,9 @@ int main(int argc, char** argv) {
     d.partials = gpu_floats((size_t)BIAS_BACKWARD_MAX_CHUNKS * OC);
     d.counters = (unsigned int*)gpu_ints(MAX_REDUCTION_COUNTERS);
     cudaCheck(cudaMemset(d.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
-    split_scratch_reserve(2 * (n_out + n_in), 0);  // variant 8: the dweight product's two operands
-    d.inp_split = gpu_floats(2 * n_in), d.dout_split = gpu_floats(2 * n_out);
-    d.chunk_sums = gpu_floats((size_t)N / BATCHED_CHUNK * n_weight);
+    // split TF32: the dweight product's two operands, then the partial sums of dweight's or dinp's chunks
+    d.split_operands = 2 * (n_out + n_in) + 4;
+    split_scratch_reserve(d.split_operands + std::max(split_partial_floats(C, OC, N), split_partial_floats(C, N, OC)), 0);
     d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.dbias, nullptr);
     d.dgelu_plan = lt_plan(OC, N, C, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, d.dfcb, d.fch);
     d.dinp_plan = lt_plan(C, N, OC, true, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr);      // weight_t, dout_t

@@ -15,8 +15,9 @@ also on the other shapes of the model (qkv, attention and MLP projections, the L
              each shape (autotuning), on all the model's shapes
   FP32 accuracy on the tensor cores, split TF32 (x = hi + lo, both TF32), on all the shapes:
   variant 8  the trainer's -f 0: hi lo + lo hi as one TF32 product over the summed dimension doubled
-             ([A_hi | A_lo] [B_lo ; B_hi]), then hi hi added (beta = 1) in chunks of at most
-             g_split_chunk = 256 summed values; the operands split per call
+             ([A_hi | A_lo] [B_lo ; B_hi]), then hi hi added in chunks of at most g_split_chunk =
+             256 summed values (beta = 1; fcproj's 12 through partial sums, split_partial_floats);
+             the operands split per call
   variant 9  three TF32 products into out: hi lo, lo hi, then hi hi (beta = 1, small terms first),
              from hi and lo copies of each operand (split_tf32); hi hi in one product
   variant 10 as 8, hi hi in one product (g_split_chunk = 0)
@@ -247,7 +248,7 @@ int main(int argc, char** argv) {
     Buffers d = {gpu_floats(max_out), gpu_floats(max_inp), gpu_floats(max_inp), gpu_floats(max_weight),
                  gpu_floats(LAB_VP), gpu_floats(max_inp), gpu_floats(max_inp), gpu_floats(max_weight),
                  gpu_floats(max_weight), {}, {}};
-    split_scratch_reserve(2 * (max_inp + max_weight), 0);
+    split_scratch_reserve(2 * (max_inp + max_weight) + 4 + split_partial_floats(C, N, 4 * C), 0);  // fcproj's partial sums
     d.gelu_plan = lt_plan(fc.OC, fc.N, fc.K, true, false, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, d.bias, d.pre);
     for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
         if (!variant_selected(variant)) { continue; }
