@@ -964,11 +964,10 @@ static int split_chunk_size(int k) {
     return (int)ceil_div(ceil_div(k, chunks), 32) * 32;
 }
 
-// A product of this many chunks or more adds them through partial sums, made by one batched
-// product: each chunk's product is short (256 summed values), and one after another they under-fill
-// the GPU and each reads and writes the whole output. H100, d12 B=8 -f 0: 122.3 ms a step with
-// every chunk one by one, 117.0 with the weight gradients' (32 chunks) batched, 117.6 with also the
-// input gradients' (12) and the forward products' (3 and 12); the 3 chunks of K = 768 lose.
+// A product of this many chunks or more adds them through partial sums made by one batched product
+// (the weight gradients' 32, the input gradients' and fcproj's 12): one short product per chunk
+// under-fills the GPU, with a memset of cuBLASLt's split-K counter each. H100, d12 B=8 -f 0: 124.2
+// -> 116.0 ms a step; batching the forward's 3 chunks of K = 768 too cost 0.6 ms (more traffic).
 constexpr int SPLIT_BATCHED_MIN_CHUNKS = 8;
 
 // Floats of partial sums a product (m x n) over k needs for its hi hi chunks (0: one by one).

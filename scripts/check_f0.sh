@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Split TF32 (-f 0) on a GPU, in parts that each fit one 10-minute device call on a bare machine
 # (each builds what it needs); logs to $OUT (or /tmp), a short summary last.
-#   scripts/check_f0.sh tests   test_gpt2_fp32 -f 0, 1, 2 on the fixtures (make test's lines),
+#   scripts/check_f0.sh tests   test_gpt2_fp32 -f 0, 1, 2 on the fixtures (make test's lines, -c 32 too),
 #                               --decode, make test-hf (SKIPPED without transformers); d12 B=4 for
 #                               8 steps with -f 0 and -f 2: their losses side by side (the LM head's
 #                               batched, chunked products at full size; they agree to ~1e-5)
@@ -25,6 +25,8 @@ case "${1:-}" in
           > "$out/test_f${f}_$kind.log" 2>&1 && echo "test -f $f $kind: ok" || echo "test -f $f $kind: FAIL"
       done
     done
+    ./test_gpt2_fp32 -f 0 -c 32 -m $fixtures/gpt2_small_softmax_model.bin -s $fixtures/gpt2_small_softmax_state.bin \
+      > "$out/test_f0_c32.log" 2>&1 && echo "test -f 0 -c 32 softmax: ok" || echo "test -f 0 -c 32 softmax: FAIL"
     ./test_gpt2_fp32 -f 0 -m $fixtures/hf_tiny -s $fixtures/hf_tiny_classic_state.bin > "$out/test_hf_tiny.log" 2>&1 \
       && echo "test -f 0 hf_tiny: ok" || echo "test -f 0 hf_tiny: FAIL"
     ./test_gpt2_fp32 --decode > "$out/test_decode.log" 2>&1 && echo "test --decode: ok" || echo "test --decode: FAIL"
