@@ -1010,7 +1010,7 @@ static void matmul_split(float* out, const float* a, const float* b, const float
     size_t operands = ceil_div(a_floats + b_floats, 4) * 4;  // the partial sums 16-byte aligned (sum_arrays)
     float* partials = scratch + operands;
     size_t partial_floats = split_partial_floats(s.m, s.n, s.k);
-    bool at_once = s.batch == 1 && partial_floats > 0 && n % 4 == 0 &&
+    bool at_once = s.batch == 1 && partial_floats > 0 && common_alignment({(uint64_t)out, 4 * n}) >= 16 &&
                    operands + partial_floats <= g_split_scratch_floats[slot];
     if (at_once) {
         MatmulShape part = s;
