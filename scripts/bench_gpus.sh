@@ -52,7 +52,8 @@ torchrun=${TORCHRUN:-torchrun}
 have_smi=$(command -v nvidia-smi > /dev/null && echo 1 || echo 0)
 gpu=$([ "$have_smi" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 || echo "unknown GPU")
 if [ -z "$gpus" ]; then
-  count=$([ "$have_smi" = 1 ] && nvidia-smi -L | grep -c '^GPU' || echo 2)
+  count=$(scripts/visible_gpus.sh)
+  [ -n "$count" ] || count=2  # no nvidia-smi: the CPU test's fake trainer
   for G in 1 2 4; do [ "$G" -gt "$count" ] || gpus="$gpus $G"; done
 fi
 read -r -a gpu_list <<< "$gpus"

@@ -2,7 +2,8 @@
 # CPU test of scripts/bench_gpus.sh with a fake trainer and a fake torchrun (TRAINER, TORCHRUN): the
 # rows it runs (model rows, --socket, --forms), the environment each form gets, the warm-up steps
 # left out of our times, scaling against the 1-GPU run with as many micro-steps, the targets, the
-# markdown table, --no-torch, and a failed run stopping the bench with its log.
+# markdown table, --no-torch, a failed run stopping the bench with its log, and the GPU count
+# (scripts/visible_gpus.sh).
 set -u
 cd "$(dirname "$0")/../.."
 source dev/test/runs.sh
@@ -105,6 +106,17 @@ check "a failed run: the bench exits non-zero with its log's tail" eval \
    grep -q '^error: our trainer (d12 softmax, 2 GPUs, default) failed' '$work/failed.out' &&
    grep -q 'out of memory' '$work/failed.out'"
 check "an unknown argument: an error" fails_with "unknown argument --bogus" scripts/bench_gpus.sh --bogus
+
+# scripts/visible_gpus.sh, which both the bench and test_multi_gpu.sh count GPUs with, under a fake
+# nvidia-smi of 4 GPUs
+mkdir -p "$work/smi"
+printf '#!/bin/sh\nfor i in 0 1 2 3; do echo "GPU $i: Fake H100"; done\n' > "$work/smi/nvidia-smi"
+chmod +x "$work/smi/nvidia-smi"
+visible() { env "$@" PATH="$work/smi:$PATH" scripts/visible_gpus.sh; }
+check "visible GPUs: 4 unset, 2 of CUDA_VISIBLE_DEVICES=0,2, 0 of an empty one, 4 of 0,1,2,3,4" eval \
+  "test \"\$(visible -u CUDA_VISIBLE_DEVICES)\" = 4 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,2)\" = 2 &&
+   test \"\$(visible CUDA_VISIBLE_DEVICES=)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,1,2,3,4)\" = 4"
+check "visible GPUs: nothing without nvidia-smi" test -z "$(PATH=/nonexistent /bin/bash scripts/visible_gpus.sh)"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

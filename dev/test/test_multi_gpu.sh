@@ -21,11 +21,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 trainer=${TRAINER:-./train_gpt2_fp32}
-gpus=${TEST_GPUS:-$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)}
-if [ -z "${TEST_GPUS:-}" ] && [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # nvidia-smi lists the hidden ones too
-  visible=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c . || true)
-  [ "$visible" -lt "$gpus" ] && gpus=$visible
-fi
+gpus=${TEST_GPUS:-$(scripts/visible_gpus.sh)}
 if [ "${gpus:-0}" -lt 2 ]; then
   echo "SKIPPED (fewer than 2 GPUs): multi-GPU training runs"
   exit 0
