@@ -42,8 +42,8 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include <time.h>
 
 #include <array>
-#include <type_traits>
 #include <map>
+#include <type_traits>
 #include <vector>
 
 #include "llmc/args.h"           // defines: TrainArgs, the flags (defaults, usage, checks), parsed once
@@ -901,10 +901,9 @@ static void split_tf32(float* hi, float* lo, const float* in, int rows, int cols
                        size_t in_stride, size_t out_stride, cudaStream_t stream = 0) {
     bool vec = common_alignment({(uint64_t)hi, (uint64_t)lo, (uint64_t)in, 4ull * cols, 4 * ld, 4 * in_stride,
                                  4 * out_stride}) >= 16;
-    int per_thread = vec ? 4 : 1;
-    dim3 grid(ceil_div(cols, 32 * per_thread), std::min((int)ceil_div(rows, 8), 65535), batch);
-    if (vec) { split_tf32_kernel<4><<<grid, dim3(32, 8), 0, stream>>>(hi, lo, in, rows, cols, ld, in_stride, out_stride); }
-    else { split_tf32_kernel<1><<<grid, dim3(32, 8), 0, stream>>>(hi, lo, in, rows, cols, ld, in_stride, out_stride); }
+    auto kernel = vec ? split_tf32_kernel<4> : split_tf32_kernel<1>;
+    dim3 grid(ceil_div(cols, 32 * (vec ? 4 : 1)), std::min((int)ceil_div(rows, 8), 65535), batch);
+    kernel<<<grid, dim3(32, 8), 0, stream>>>(hi, lo, in, rows, cols, ld, in_stride, out_stride);
     cudaCheck(cudaGetLastError());
 }
 
@@ -3251,7 +3250,9 @@ static float* layer_residual2(const GPT2* model, int l) {
 // a head size of 32, 64 or 128, C at most 2048.
 static void validate_config(const ModelShape* c, const char* source) {
     model_shape_check(c, source);
-    if (c->padded_vocab_size % 4 != 0) { fail("%s: padded vocab %d must be a multiple of 4", source, c->padded_vocab_size); }
+    if (c->padded_vocab_size % 4 != 0) {
+        fail("%s: padded vocab %d must be a multiple of 4", source, c->padded_vocab_size);
+    }
     int hs = c->channels / c->num_heads;
     if ((hs != 32 && hs != 64 && hs != 128) || c->channels > 2048) {
         fail("%s: C=%d and NH=%d: the head size C/NH must be 32, 64 or 128, and C at most 2048", source,
@@ -3430,7 +3431,8 @@ static void reserve_split_operands(const ModelShape* c, int B, int T) {
     size_t layer = 2 * (5 * C * BT + 4 * C * C) + 4, lm_head = 2 * (Vp * (C + R) + C * R);
     size_t main_partials = 0, side_partials = 0;
     for (size_t OC : {3 * C, C, 4 * C}) {
-        main_partials = std::max({main_partials, split_partial_floats(OC, BT, (int)C), split_partial_floats(C, BT, (int)OC)});
+        size_t forward = split_partial_floats(OC, BT, (int)C), input_grad = split_partial_floats(C, BT, (int)OC);
+        main_partials = std::max({main_partials, forward, input_grad});
         side_partials = std::max(side_partials, split_partial_floats(C, OC, (int)BT));
     }
     split_scratch_reserve(std::max(layer + main_partials, lm_head), layer + side_partials);

@@ -313,7 +313,8 @@ int main(int argc, char** argv) {
     cudaCheck(cudaMemset(d.counters, 0, MAX_REDUCTION_COUNTERS * sizeof(unsigned int)));
     // split TF32: the dweight product's two operands, then the partial sums of dweight's or dinp's chunks
     d.split_operands = 2 * (n_out + n_in) + 4;
-    split_scratch_reserve(d.split_operands + std::max(split_partial_floats(C, OC, N), split_partial_floats(C, N, OC)), 0);
+    size_t split_partials = std::max(split_partial_floats(C, OC, N), split_partial_floats(C, N, OC));
+    split_scratch_reserve(d.split_operands + split_partials, 0);
     d.bgradb_plan = lt_plan(C, OC, N, false, true, CUBLASLT_EPILOGUE_BGRADB, d.dbias, nullptr);
     d.dgelu_plan = lt_plan(OC, N, C, false, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, d.dfcb, d.fch);
     d.dinp_plan = lt_plan(C, N, OC, true, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr);      // weight_t, dout_t

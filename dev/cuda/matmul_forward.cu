@@ -248,7 +248,8 @@ int main(int argc, char** argv) {
     Buffers d = {gpu_floats(max_out), gpu_floats(max_inp), gpu_floats(max_inp), gpu_floats(max_weight),
                  gpu_floats(LAB_VP), gpu_floats(max_inp), gpu_floats(max_inp), gpu_floats(max_weight),
                  gpu_floats(max_weight), {}, {}};
-    split_scratch_reserve(2 * (max_inp + max_weight) + 4 + split_partial_floats(C, N, 4 * C), 0);  // fcproj's partial sums
+    // the largest operands, then fcproj's partial sums
+    split_scratch_reserve(2 * (max_inp + max_weight) + 4 + split_partial_floats(C, N, 4 * C), 0);
     d.gelu_plan = lt_plan(fc.OC, fc.N, fc.K, true, false, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, d.bias, d.pre);
     for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
         if (!variant_selected(variant)) { continue; }
