@@ -1,7 +1,8 @@
 // The checkpoint folder's rules: DIR/model_%08d.bin (the classic model file) and DIR/state_%08d.bin
 // (the run state, llmc/state_file.h) of each step checkpointed, and DIR/latest, the step of the
 // newest pair as text, written only once both of its files are complete. A resume tries the pairs at
-// or before `latest`, newest first; pruning keeps the newest K. A folder whose `latest` was never
+// or before `latest`, newest first; pruning keeps the newest K of those and deletes the files above
+// `latest` (a killed writer's, which no resume reads). A folder whose `latest` was never
 // written holds no checkpoint (a run killed before its first completed): -y 1 starts from scratch.
 #pragma once
 
@@ -49,21 +50,21 @@ static inline int checkpoint_read_latest(const std::string& dir) {
     return step;
 }
 
-// The step of a model file's name "model_%08d.bin", or -1 for any other name.
-static inline int checkpoint_step_of(const std::string& name) {
-    const char* digits = name.c_str() + strlen("model_");
-    size_t count = name.size() - strlen("model_.bin");
-    bool model = name.size() >= strlen("model_00000000.bin") && name.compare(0, 6, "model_") == 0 &&
-                 name.compare(name.size() - 4, 4, ".bin") == 0 && strspn(digits, "0123456789") == count;
-    return model ? atoi(digits) : -1;
+// The step of a file's name "KIND_%08d.bin" (KIND "model" or "state"), or -1 for any other name.
+static inline int checkpoint_step_of(const std::string& name, const char* kind = "model") {
+    size_t prefix = strlen(kind) + 1;  // "KIND_"
+    const char* digits = name.c_str() + prefix;
+    bool match = name.size() >= prefix + 8 + 4 && name.compare(0, prefix - 1, kind) == 0 && name[prefix - 1] == '_' &&
+                 name.compare(name.size() - 4, 4, ".bin") == 0 && strspn(digits, "0123456789") == name.size() - prefix - 4;
+    return match ? atoi(digits) : -1;
 }
 
-// The steps of dir's model files, oldest first (none if dir does not exist).
-static inline std::vector<int> checkpoint_steps(const std::string& dir) {
+// The steps of dir's KIND files, oldest first (none if dir does not exist).
+static inline std::vector<int> checkpoint_steps(const std::string& dir, const char* kind = "model") {
     std::vector<int> steps;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-        int step = checkpoint_step_of(entry.path().filename().string());
+        int step = checkpoint_step_of(entry.path().filename().string(), kind);
         if (step >= 0) { steps.push_back(step); }
     }
     std::sort(steps.begin(), steps.end());
@@ -78,11 +79,19 @@ static inline std::vector<int> checkpoint_resume_order(const std::string& dir, i
     return steps;
 }
 
-// Deletes all but the newest `keep` checkpoints in dir, model and state files.
+// Keeps the newest `keep` checkpoints at or below `latest` (call it once `latest` names the pair just
+// written): the model and state files of older steps go, and so do those above `latest`, left by a
+// writer killed before it named them. Counting those would keep an orphan and delete the pair that
+// `latest` names, and the next -y 1 would find no intact checkpoint.
 static inline void checkpoint_prune(const std::string& dir, int keep) {
-    std::vector<int> steps = checkpoint_steps(dir);
-    for (size_t i = 0; i + keep < steps.size(); i++) {
-        remove(checkpoint_path(dir, "model", steps[i]).c_str());
-        remove(checkpoint_path(dir, "state", steps[i]).c_str());
+    int latest = checkpoint_read_latest(dir);
+    for (const char* kind : {"model", "state"}) {
+        std::vector<int> steps = checkpoint_steps(dir, kind);
+        int kept = 0;
+        for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+            bool keep_it = *step <= latest && kept < keep;
+            kept += keep_it ? 1 : 0;
+            if (!keep_it) { remove(checkpoint_path(dir, kind, *step).c_str()); }
+        }
     }
 }

@@ -1,6 +1,7 @@
 // CPU tests of llmc/checkpoint_dir.h in temporary folders: the file names, `latest` written and read
 // back (and refused when it holds no step), the steps found (other files ignored), the order a
-// resume tries them (newest at or before `latest` first), pruning to the newest K, and -y 1's
+// resume tries them (newest at or before `latest` first), pruning to the newest K at or below
+// `latest` (orphans above it removed), and -y 1's
 // rule: a folder whose `latest` was never written (a run killed before its first checkpoint was
 // complete, leaving a model file, or nothing) starts from scratch; one with `latest` resumes.
 #include <string>
@@ -67,12 +68,49 @@ TEST(resume_order_newest_at_or_before_latest) {
 
 TEST(prune_keeps_the_newest) {
     std::string dir = folder_with({3, 6, 9, 12});
+    checkpoint_write_latest(dir, 12);
     checkpoint_prune(dir, 2);
     CHECK(checkpoint_steps(dir) == std::vector<int>({9, 12}));
     CHECK(!file_exists(checkpoint_path(dir, "state", 6).c_str()) && file_exists(checkpoint_path(dir, "state", 9).c_str()));
     checkpoint_prune(dir, 5);
     CHECK(checkpoint_steps(dir) == std::vector<int>({9, 12}));
     remove_dir(dir);
+}
+
+// A kill -9 between a model file and `latest` leaves an orphan above `latest`; a resumed run that
+// then checkpoints at a lower step (a SIGTERM, --stop-at) must keep the pair `latest` names, and
+// the orphan goes (model or state file alone, or both).
+TEST(prune_keeps_latest_and_removes_orphans_above_it) {
+    std::string dir = folder_with({10, 12});
+    write_file(checkpoint_path(dir, "model", 20), "orphan model");
+    write_file(checkpoint_path(dir, "state", 30), "orphan state");
+    write_file(checkpoint_path(dir, "model", 40), "m");
+    write_file(checkpoint_path(dir, "state", 40), "s");
+    checkpoint_write_latest(dir, 12);
+    checkpoint_prune(dir, 1);
+    CHECK(checkpoint_steps(dir) == std::vector<int>({12}));
+    CHECK(checkpoint_steps(dir, "state") == std::vector<int>({12}));
+    CHECK(checkpoint_resume_order(dir, checkpoint_read_latest(dir)) == std::vector<int>({12}));
+    remove_dir(dir);
+}
+
+TEST(prune_counts_only_pairs_at_or_below_latest) {
+    std::string dir = folder_with({3, 6, 9});
+    write_file(checkpoint_path(dir, "model", 15), "orphan");
+    checkpoint_write_latest(dir, 9);
+    checkpoint_prune(dir, 2);
+    CHECK(checkpoint_steps(dir) == std::vector<int>({6, 9}));
+    CHECK(checkpoint_steps(dir, "state") == std::vector<int>({6, 9}));
+    remove_dir(dir);
+}
+
+TEST(state_file_names) {
+    CHECK(checkpoint_step_of("state_00000042.bin", "state") == 42);
+    CHECK(checkpoint_step_of("state_00000042.bin") == -1);
+    CHECK(checkpoint_step_of("model_00000042.bin", "state") == -1);
+    CHECK(checkpoint_step_of("state_0000042.bin", "state") == -1);
+    CHECK(checkpoint_step_of("state_00000042.bin.tmp.h.1", "state") == -1);
+    CHECK(checkpoint_step_of("model_123456789.bin") == 123456789);
 }
 
 // -y 1's rule. Killed (kill -9) before its first checkpoint was complete, a run leaves a model file

@@ -11,6 +11,8 @@
 #    to the straight run, and no temporary file left behind (KILL_TRIALS times);
 #  - a requeued job: the same -y 1 command killed five times at random from its first second on
 #    (before its first checkpoint too), then run to the end: bit-identical to the straight run;
+#  - a model file left above `latest` by a killed writer, then a resumed run that checkpoints at a
+#    lower step with -nk 1: the pair `latest` names is kept, the orphan removed, the resume bit-identical;
 #  - a flipped byte in the latest state file: resume falls back to the checkpoint before it;
 #  - a full disk (a file-size limit) while checkpointing: an error naming the file, the previous
 #    checkpoint kept, no temporary file left.
@@ -142,6 +144,19 @@ check "requeued -y 1 job killed 5 times: ends bit-identical to the straight run"
 check "requeued -y 1 job: the start from scratch is in main.log" \
   grep -q "^# no checkpoint to resume from: started from scratch" "$work/requeued/main.log"
 rm -rf "$work/requeued"
+
+# an orphan above latest (a model file whose writer was killed before its state and latest) and a
+# resumed run that checkpoints at a lower step with -nk 1: pruning keeps latest's pair, removes the
+# orphan, and the next -y 1 resumes from it, bit-identical to the straight run
+$run -x 12 -n 3 -nk 1 -o "$work/orphan" --stop-at 6 > "$work/orphan_1.log" 2>&1
+cp "$work/orphan/model_00000006.bin" "$work/orphan/model_00000009.bin"
+$run -x 12 -n 3 -nk 1 -o "$work/orphan" -y 1 --stop-at 7 > "$work/orphan_2.log" 2>&1
+check "orphan above latest: pruning kept latest's pair (step 7) and removed the orphan" \
+  test "$(ls "$work/orphan" | grep -E '^(model|state)_' | tr '\n' ' ')" = "model_00000007.bin state_00000007.bin "
+$run -x 12 -n 3 -nk 1 -o "$work/orphan" -y 1 > "$work/orphan_3.log" 2>&1
+check "orphan above latest: resumed at step 7, bit-identical to the straight run" \
+  test "$(checksum "$work/orphan_3.log")" = "$(checksum "$work/kill_straight.log")" -a -n "$(grep 'resumed .* at step 7' "$work/orphan_3.log")"
+rm -rf "$work/orphan"
 
 # a flipped byte in the latest state: resume falls back to the checkpoint before
 cp -r "$work/kill_straight" "$work/flipped"
