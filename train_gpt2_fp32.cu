@@ -55,7 +55,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include "llmc/fingerprint.h"    // defines: fnv1a (weights checksum), run_fingerprint (same on every rank)
 #include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out, read_any_model
 #include "llmc/launch.h"         // defines: LaunchInfo, launchers' variables, --gpus, rendezvous
-#include "llmc/logger.h"         // defines: main.log, one writer per kind of line
+#include "llmc/logger.h"         // defines: RunLog (main.log and TensorBoard events), one writer per kind of line
 #include "llmc/mfu.h"            // defines: tf32_peak_tflops, the known GPUs' peaks for MFU
 #include "llmc/model_file.h"     // defines: ModelShape, AttentionKind, the parameter tensors' table, the model file
 #include "llmc/outlier.h"        // defines: OutlierWindow, the spike guard's z-score of the gradient norm
@@ -64,6 +64,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include "llmc/run_shape.h"      // defines: RunShape (the flags that shape a run's numbers), learning_rate, Schedule
 #include "llmc/signals.h"        // defines: signals_install, signals_pending, EXIT_PREEMPTED
 #include "llmc/state_file.h"     // defines: RunState, the run-state file of a checkpoint, read and written
+#include "llmc/tensorboard.h"    // defines: TensorBoard, event files (scalars, text, session starts) without TensorFlow
 #include "llmc/tokenizer.h"      // defines: Tokenizer (GPT-2 BPE)
 #include "llmc/utils.h"          // defines: fail, checked file I/O, atomic writes
 #include "llmc/zero.h"           // defines: ZeRO-1 shards, gradient buckets, the rank-ordered sum
@@ -3568,7 +3569,7 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
             layernorm_forward(a.ln, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, (float*)residual,
                               layer_residual2(model, l - 1), a.dbtc, p.ln1w + l * C, p.ln1b + l * C, BT, C);
         }
-        matmul_forward(qkv, a.ln, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
+        matmul_forward(qkv, a.ln, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
         flash_attention_forward(atty, a.lse + l * BT * NH, qkv, B, T, NH, C / NH, c->attention,
                                 g_precision != MATMUL_TF32);
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
@@ -4289,7 +4290,7 @@ static void eval_prepare(const TrainArgs* args, const Tokenizer* tokenizer, int 
 
 // Scores the set, prints and logs the accuracy (s:STEP eval:ACCURACY) and writes --eval-report.
 static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, const std::vector<EvalBatch>& batches,
-                     int step, FILE* log) {
+                     int step, RunLog* log) {
     double start = wall_seconds();
     std::vector<EvalLosses> losses(set->examples.size(), EvalLosses{});
     std::vector<float> row_losses;
@@ -4308,31 +4309,38 @@ static void evaluate(GPT2* model, const TrainArgs* args, const EvalSet* set, con
     if (args->eval_report != nullptr && g_comm.rank == 0) { eval_write_report(args->eval_report, *set, losses, result); }
 }
 
-// A training sample: up to num_tokens after <|endoftext|> at temperature 1, keyed on the step.
-static void print_sample(GPT2* model, Generator* gen, const Tokenizer* tokenizer, uint64_t seed, int num_tokens) {
+// A training sample: up to num_tokens after <|endoftext|> at temperature 1, keyed on the step;
+// prints it and returns its text.
+static std::string print_sample(GPT2* model, Generator* gen, const Tokenizer* tokenizer, uint64_t seed,
+                                int num_tokens) {
     SamplingParams sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = seed};
     int eot = (int)tokenizer->eot_token;
     generator_start(model, gen, std::vector<int>{eot}, &sampling);
-    Utf8Printer printer;
-    printf("generated: ");
+    Utf8Printer utf8;
+    std::string text;
     generator_run(model, gen, 1, num_tokens, eot, [&](int, int id) {
-        if (id != eot) { printer.print_token(tokenizer, id, stdout); }
+        if (id != eot) { utf8.append_token(tokenizer, id, &text); }
     });
-    printer.finish(stdout);
+    utf8.finish(&text);
+    printf("generated: ");
+    fwrite(text.data(), 1, text.size(), stdout);
     printf("\n");
+    return text;
 }
 
 // ----------------------------------------------------------------------------------------------
 // The training loop: Run holds a run's state; main calls run_init, then per step run_periodic
 // (what is due between steps), run_step (queued on the GPU) and run_report (the step before).
 
-static void print_row(const char* name, const char* fmt, ...) {
-    char value[256];
+// Appends "| name | value |" to the configuration table, the value formatted as by printf.
+static void table_row(std::string* table, const char* name, const char* fmt, ...) {
+    char value[256], row[512];
     va_list args;
     va_start(args, fmt);
     vsnprintf(value, sizeof(value), fmt, args);
     va_end(args);
-    printf0("| %-22s | %-52s |\n", name, value);
+    snprintf(row, sizeof(row), "| %-22s | %-52s |\n", name, value);
+    *table += row;
 }
 
 // Device time of the phases of the steps so far: events around each forward, backward and update,
@@ -4380,7 +4388,7 @@ struct Run {
     Generator sampler;   // rank 0's, for the samples every -s steps (sampler.M = 0: none)
     EvalSet eval_set;    // --eval's examples, and this rank's batches of them
     std::vector<EvalBatch> eval_batches;
-    FILE* log;           // rank 0's main.log, or nullptr
+    RunLog log;          // rank 0's main.log and TensorBoard events (other ranks: none)
     int start_step;
     int micro_steps;     // this rank's micro-steps per optimizer step
     int64_t val_rows;    // validation rows, split over the ranks (validation_loss)
@@ -4401,38 +4409,52 @@ struct Run {
     double periodic_ms;             // that work's time after the first step, summed
 };
 
-static void run_print_config(const Run* run, int val_B) {
+// Where rank 0's TensorBoard events go, or why there are none.
+static const char* tensorboard_destination(const Run* run) {
+    if (run->log.events.file != nullptr) { return run->log.events.path.c_str(); }
+    if (run->args.output_dir == nullptr) { return "off (no -o)"; }
+    return run->args.tensorboard ? "off (the event file could not be created)" : "off (--tensorboard 0)";
+}
+
+// The configuration table, as the console shows it and TensorBoard's text "config" holds it.
+static std::string run_config_table(const Run* run, int val_B) {
     const ModelShape* c = &run->model.config;
     const TrainArgs* args = &run->args;
     const RunShape* r = &args->shape;
     const char* rule = "+------------------------+------------------------------------------------------+\n";
-    printf0("%s", rule);
-    print_row("model", "%s (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", args->model, c->num_layers, c->num_heads,
-              c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
-    print_row("parameters", "%zu", run->model.num_parameters);
-    print_row("attention", "%s", attention_name(c->attention));
-    print_row("train data", "%s (%zu batches/epoch)", args->train_pattern.c_str(),
+    std::string table = rule;
+    table_row(&table, "model", "%s (L=%d NH=%d C=%d maxT=%d V=%d Vp=%d)", args->model, c->num_layers,
+              c->num_heads, c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+    table_row(&table, "parameters", "%zu", run->model.num_parameters);
+    table_row(&table, "attention", "%s", attention_name(c->attention));
+    table_row(&table, "train data", "%s (%zu batches/epoch)", args->train_pattern.c_str(),
               dataloader_batches_per_epoch(&run->train_loader));
-    print_row("val data", "%s (%lld batches of B=%d, %lld rows split over %d GPU%s)", args->val_pattern.c_str(),
-              (long long)(run->val_rows / val_B), val_B, (long long)run->val_rows, g_comm.world, g_comm.world > 1 ? "s" : "");
-    print_row("GPUs", "%d (%s)", g_comm.world, g_comm.world > 1 ? "NCCL, ZeRO-1 optimizer shards" : "one process");
-    print_row("batch per GPU", "B=%d T=%d x %d micro-steps", r->B, r->T, run->micro_steps);
-    print_row("batch", "%d micro-batches = %lld tokens per step", r->micro_batches, (long long)args->total_batch_tokens);
-    print_row("steps", "%d", r->max_steps);
-    print_row("learning rate", "%g, warmup %d, %s to %g x", r->lr, r->warmup_steps, schedule_name(r->schedule),
-              r->final_lr_frac);
-    print_row("AdamW", "beta1 %g beta2 %g eps %g weight decay %g", r->beta1, r->beta2, r->eps, r->weight_decay);
-    print_row("gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
-    print_row("matmul precision", "%s", precision_name(g_precision));
-    print_row("seed", "%llu", (unsigned long long)r->seed);
-    print_row("output", "%s", args->output_dir ? args->output_dir : "(none)");
-    print_row("GPU", "%s, TF32 peak %s", g_device_name, run->peak_tflops > 0 ? "known" : "unknown (--peak-tflops)");
+    table_row(&table, "val data", "%s (%lld batches of B=%d, %lld rows split over %d GPU%s)",
+              args->val_pattern.c_str(), (long long)(run->val_rows / val_B), val_B, (long long)run->val_rows,
+              g_comm.world, g_comm.world > 1 ? "s" : "");
+    table_row(&table, "GPUs", "%d (%s)", g_comm.world,
+              g_comm.world > 1 ? "NCCL, ZeRO-1 optimizer shards" : "one process");
+    table_row(&table, "batch per GPU", "B=%d T=%d x %d micro-steps", r->B, r->T, run->micro_steps);
+    table_row(&table, "batch", "%d micro-batches = %lld tokens per step", r->micro_batches,
+              (long long)args->total_batch_tokens);
+    table_row(&table, "steps", "%d", r->max_steps);
+    table_row(&table, "learning rate", "%g, warmup %d, %s to %g x", r->lr, r->warmup_steps,
+              schedule_name(r->schedule), r->final_lr_frac);
+    table_row(&table, "AdamW", "beta1 %g beta2 %g eps %g weight decay %g", r->beta1, r->beta2, r->eps,
+              r->weight_decay);
+    table_row(&table, "gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
+    table_row(&table, "matmul precision", "%s", precision_name(g_precision));
+    table_row(&table, "seed", "%llu", (unsigned long long)r->seed);
+    table_row(&table, "output", "%s", args->output_dir ? args->output_dir : "(none)");
+    table_row(&table, "TensorBoard", "%s", tensorboard_destination(run));
+    table_row(&table, "GPU", "%s, TF32 peak %s", g_device_name,
+              run->peak_tflops > 0 ? "known" : "unknown (--peak-tflops)");
     const ZeroShard* shard = &run->model.shard;
-    print_row("optimizer memory", "%.3f GB per GPU (AdamW m, v of %zu parameters)",
+    table_row(&table, "optimizer memory", "%.3f GB per GPU (AdamW m, v of %zu parameters)",
               2.0 * (shard->end - shard->begin) * sizeof(float) / 1e9, shard->end - shard->begin);
-    print_row("activation memory", "%.2f GiB%s", run->model.num_activations * 4.0 / 1073741824.0,
+    table_row(&table, "activation memory", "%.2f GiB%s", run->model.num_activations * 4.0 / 1073741824.0,
               run->model.recompute_residual2 ? " (residual2 recomputed, -r 1)" : "");
-    printf0("%s", rule);
+    return table + rule;
 }
 
 // -y 1's checkpoint, read into *checkpoint: its step, or -1 to start from scratch when no checkpoint
@@ -4473,14 +4495,14 @@ static int run_init_data(Run* run) {
 static void run_restore(Run* run, const Checkpoint* resume) {
     const TrainArgs* args = &run->args;
     if (resume == nullptr) {
-        if (args->resume) { log_restarted(run->log); }
+        if (args->resume) { log_restarted(&run->log); }
         return;
     }
     int step = resume->state.step, world = g_comm.world;
     load_run_state(args->output_dir, &resume->state, &run->model, &args->shape, &run->train_loader);
     run->start_step = step;
     printf0("resumed from %s at step %d on %d GPU%s\n", args->output_dir, step, world, world > 1 ? "s" : "");
-    log_resumed(run->log, step, world);
+    log_resumed(&run->log, step, world);
 }
 
 // Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
@@ -4490,7 +4512,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *args = parsed;
     signals_install();
     RunShape* r = &args->shape;
-    if (!cuda_setup(r->use_tf32, me->local_rank)) {
+    if (!cuda_setup(r->precision, me->local_rank)) {
         fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+");
     }
     comm_init(&g_comm, me, args->rendezvous_dir);
@@ -4512,7 +4534,8 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
     bool logs = args->output_dir != nullptr && g_comm.rank == 0;
-    run->log = logs ? log_open(args->output_dir, args->resume, args->force) : nullptr;
+    if (logs) { run->log = run_log_open(args->output_dir, args->resume, args->force, args->tensorboard); }
+    log_tokens_per_step(&run->log, args->total_batch_tokens);
     run_restore(run, resume_step >= 0 ? &resume : nullptr);
     model->recompute_residual2 = args->recompute;
     gpt2_allocate_activations(model, r->B, r->T);
@@ -4525,7 +4548,9 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     if (samples) { generator_init(&run->sampler, model, 1, std::min(args->gen_tokens + 1, c->max_seq_len)); }
     if (args->eval_path != nullptr) { eval_prepare(args, &run->tokenizer, c->vocab_size, &run->eval_set, &run->eval_batches); }
     run->peak_tflops = args->peak_tflops > 0 ? args->peak_tflops : tf32_peak_tflops(g_device_name);
-    run_print_config(run, val_B);
+    std::string config = run_config_table(run, val_B);
+    printf0("%s", config.c_str());
+    log_config(&run->log, run->start_step, config);
     run->flops_per_step =
         (6.0 * model->num_parameters + 6.0 * c->num_layers * r->T * c->channels) * (double)args->total_batch_tokens;
     phase_times_init(&run->phases, run->micro_steps);
@@ -4579,7 +4604,7 @@ static void run_guard(Run* run, int step, const StepStats* stats) {
         snprintf(why, sizeof(why), "non-finite %s", isfinite(stats->loss) ? "norm" : "loss");
     }
     printf0("s:%d skipped: %s\n", step, why);
-    log_skipped(run->log, step, why);
+    log_skipped(&run->log, step, why, step + 1 - stats->adam_step);  // steps 0..step, less the updates applied
     if (++run->skips_in_a_row >= run->args.max_skips) {
         fail("step %d: %d updates in a row skipped, the last for a %s: the run diverged (lower -l, or resume from "
              "an earlier checkpoint)", step + 1, run->skips_in_a_row, why);
@@ -4610,8 +4635,8 @@ static void run_report(Run* run) {
     float lr = learning_rate(r, step);
     printf0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.2f ms | %.0f tok/s | MFU %.1f%% | ETA %.1f min\n",
             step + 1, r->max_steps, loss, lr, grad_norm, seconds * 1e3, tokens / seconds, mfu, eta_minutes);
-    log_step(run->log, {.step = step, .loss = loss, .lr = lr, .grad_norm = grad_norm, .ms = seconds * 1e3,
-                        .tokens_per_second = tokens / seconds, .mfu_percent = mfu});
+    log_step(&run->log, {.step = step, .loss = loss, .lr = lr, .grad_norm = grad_norm, .ms = seconds * 1e3,
+                         .tokens_per_second = tokens / seconds, .mfu_percent = mfu});
     run_guard(run, step, stats);
 }
 
@@ -4639,11 +4664,12 @@ static void run_periodic(Run* run, int step, bool last_step) {
     if (val_due) {
         float val_loss = validation_loss(model, &run->val_loader, run->val_rows);
         printf0("step %d: val loss %.6f\n", step, val_loss);
-        log_val_loss(run->log, step, val_loss);
+        log_val_loss(&run->log, step, val_loss);
     }
-    if (eval_due) { evaluate(model, args, &run->eval_set, run->eval_batches, step, run->log); }
+    if (eval_due) { evaluate(model, args, &run->eval_set, run->eval_batches, step, &run->log); }
     if (sample_due && run->sampler.M > 0) {
-        print_sample(model, &run->sampler, &run->tokenizer, args->shape.seed + step, args->gen_tokens);
+        log_sample(&run->log, step,
+                   print_sample(model, &run->sampler, &run->tokenizer, args->shape.seed + step, args->gen_tokens));
     }
     if (timed) {
         float ms;
@@ -4677,7 +4703,7 @@ static void run_finish(Run* run) {
     }
     printf0("GPU memory allocated: %.3f GB\n", g_device_bytes / 1e9);
     if (g_comm.rank == 0) { printf("weights checksum: %016llx\n", (unsigned long long)gpt2_weights_checksum(&run->model)); }
-    if (run->log) { fclose(run->log); }
+    run_log_close(&run->log);
     tokenizer_free(&run->tokenizer);
     if (run->sampler.M > 0) { generator_free(&run->sampler); }
     dataloader_free(&run->train_loader);
@@ -4691,7 +4717,7 @@ static void run_finish(Run* run) {
 
 // --prompt: prints the completions, the first as it is generated, and the speed.
 static void generate_main(const TrainArgs* args) {
-    if (!cuda_setup(args->shape.use_tf32)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
+    if (!cuda_setup(args->shape.precision)) { fail("no CUDA GPU found: generation needs an NVIDIA GPU"); }
     GPT2 model;
     build_model(&model, args, nullptr);
     const ModelShape* c = &model.config;
@@ -4750,7 +4776,7 @@ static void generate_main(const TrainArgs* args) {
 // --eval with -x 0: evaluates the -e model and exits; no training data is read.
 static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
     const RunShape* r = &args->shape;
-    if (!cuda_setup(r->use_tf32, me->local_rank)) { fail("no CUDA GPU found: evaluation needs an NVIDIA GPU"); }
+    if (!cuda_setup(r->precision, me->local_rank)) { fail("no CUDA GPU found: evaluation needs an NVIDIA GPU"); }
     comm_init(&g_comm, me, args->rendezvous_dir);
     GPT2 model;
     build_model(&model, args, nullptr);
@@ -4764,7 +4790,8 @@ static void evaluate_main(const TrainArgs* args, const LaunchInfo* me) {
     std::vector<EvalBatch> batches;
     eval_prepare(args, &tokenizer, model.config.vocab_size, &set, &batches);
     gpt2_allocate_activations(&model, r->B, r->T);
-    evaluate(&model, args, &set, batches, 0, nullptr);
+    RunLog none;  // --eval alone prints its accuracy only
+    evaluate(&model, args, &set, batches, 0, &none);
     tokenizer_free(&tokenizer);
     gpt2_free(&model);
     comm_free(&g_comm);

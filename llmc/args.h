@@ -4,6 +4,7 @@
 // with and dev/test/test_args.cpp checks flag by flag.
 #pragma once
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +41,7 @@ static inline RunShape args_default_shape() {
     r.max_steps = -1;
     r.schedule = SCHEDULE_COSINE;
     r.attention = ATTENTION_OF_MODEL;
-    r.use_tf32 = 1;
+    r.precision = 1;
     r.lr = 3e-4f;
     r.beta1 = 0.9f;
     r.beta2 = 0.95f;
@@ -66,6 +67,7 @@ struct TrainArgs {
     int resume = 0;                // -y
     bool force = false;            // --force
     int stop_at = 0;               // --stop-at: exit at this step after checkpointing (0: run to the end)
+    int tensorboard = 1;           // --tensorboard: 1 = TensorBoard events beside main.log in -o DIR
     int max_skips = 5;             // --max-skips: consecutive skipped updates that end the run
     int recompute = 0;             // -r: 1 = the backward pass recomputes each layer's residual2
     int debug_nan_step = -1;       // --debug-nan-step: a test hook, NaN gradients at this step (-1: off)
@@ -138,6 +140,8 @@ static inline void args_print_usage(FILE* out) {
         "              no checkpoint there yet (a run stopped before its first), start from scratch\n"
         "  --force     start a new run in an -o DIR that holds another run\n"
         "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
+        "  --tensorboard 0|1    TensorBoard events in -o DIR beside main.log (events.out.tfevents.*), 0 = off\n"
+        "                       (default 1)\n"
         "  --tokenizer FILE     vocabulary for prompts and samples (default: the bundled dev/data/gpt2_encoder.json)\n"
         "  --peak-tflops F      TF32 peak of one GPU for MFU (default: a table of known GPUs)\n"
         "multiple-choice evaluation (HellaSwag's .jsonl: ctx, 4 endings, label; scored by the mean loss of\n"
@@ -160,27 +164,34 @@ static inline void args_print_usage(FILE* out) {
 // ----------------------------------------------------------------------------------------------
 // Values: each kind of flag value read into its field, or false with the error.
 
-static inline bool args_read_value(const char* flag, const char* value, int* out, std::string* error) {
+// An integer in [lo, hi], or false with the error.
+static inline bool args_read_integer(const char* flag, const char* value, int64_t lo, int64_t hi, int64_t* out,
+                                     std::string* error) {
     char* end;
+    errno = 0;
     long long v = strtoll(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || v < INT32_MIN || v > INT32_MAX) {
+    if (*value == '\0' || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
         return set_problem(error, "flag %s: '%s' is not an integer", flag, value);
     }
+    *out = v;
+    return true;
+}
+
+static inline bool args_read_value(const char* flag, const char* value, int* out, std::string* error) {
+    int64_t v = 0;
+    if (!args_read_integer(flag, value, INT32_MIN, INT32_MAX, &v, error)) { return false; }
     *out = (int)v;
     return true;
 }
 
 static inline bool args_read_value(const char* flag, const char* value, int64_t* out, std::string* error) {
-    int v = 0;
-    if (!args_read_value(flag, value, &v, error)) { return false; }
-    *out = v;
-    return true;
+    return args_read_integer(flag, value, INT64_MIN, INT64_MAX, out, error);
 }
 
-// --seed: an integer, its bits kept (a negative seed is a large one).
+// --seed: a 64-bit integer, its bits kept (a negative seed is a large one).
 static inline bool args_read_value(const char* flag, const char* value, uint64_t* out, std::string* error) {
-    int v = 0;
-    if (!args_read_value(flag, value, &v, error)) { return false; }
+    int64_t v = 0;
+    if (!args_read_integer(flag, value, INT64_MIN, INT64_MAX, &v, error)) { return false; }
     *out = (uint64_t)v;
     return true;
 }
@@ -249,12 +260,13 @@ static inline std::vector<Flag> args_flags(TrainArgs* a) {
         {"--beta1", args_field(&r->beta1)}, {"--beta2", args_field(&r->beta2)}, {"--eps", args_field(&r->eps)},
         {"-gc", args_field(&r->grad_clip)}, {"-sg", args_field(&r->spike_z)},
         {"--spike-window", args_field(&r->spike_window)}, {"--max-skips", args_field(&a->max_skips)},
-        {"--debug-nan-step", args_field(&a->debug_nan_step)}, {"-f", args_field(&r->use_tf32)},
+        {"--debug-nan-step", args_field(&a->debug_nan_step)}, {"-f", args_field(&r->precision)},
         {"-a", args_field(&r->overfit_single_batch)}, {"-v", args_field(&a->val_every)},
         {"-m", args_field(&a->val_batches)}, {"-s", args_field(&a->sample_every)}, {"-g", args_field(&a->gen_tokens)},
         {"-n", args_field(&a->checkpoint_every)}, {"-nk", args_field(&a->checkpoint_keep)},
         {"-y", args_field(&a->resume)}, {"-r", args_field(&a->recompute)},
         {"--peak-tflops", args_field(&a->peak_tflops)}, {"--stop-at", args_field(&a->stop_at)},
+        {"--tensorboard", args_field(&a->tensorboard)},
         {"--prompt", args_field(&a->prompt)}, {"--prompt-file", args_field(&a->prompt_file)},
         {"--gen", args_field(&a->gen_new)}, {"--batch-samples", args_field(&a->batch_samples)},
         {"--temperature", args_field(&a->temperature)}, {"--top-k", args_field(&a->top_k)},
@@ -327,7 +339,7 @@ static inline bool args_check_optimizer(const TrainArgs* a, std::string* e) {
            args_require(r->spike_window >= 2 && r->spike_window <= OUTLIER_CAPACITY, "--spike-window",
                         "must be in [2, 64]", e) &&
            args_require(a->max_skips >= 1, "--max-skips", "must be at least 1", e) &&
-           args_require(r->use_tf32 >= 0 && r->use_tf32 <= 2, "-f", "must be 0, 1 or 2", e) &&
+           args_require(r->precision >= 0 && r->precision <= 2, "-f", "must be 0, 1 or 2", e) &&
            args_require(r->overfit_single_batch == 0 || r->overfit_single_batch == 1, "-a", "must be 0 or 1", e) &&
            args_require(a->recompute == 0 || a->recompute == 1, "-r", "must be 0 or 1", e);
 }
@@ -343,7 +355,8 @@ static inline bool args_check_output(const TrainArgs* a, std::string* e) {
            args_require(a->output_dir != nullptr || (a->checkpoint_every == 0 && !a->resume), "-o",
                         "-n and -y need an output directory", e) &&
            args_require(a->peak_tflops >= 0.0f, "--peak-tflops", "must not be negative", e) &&
-           args_require(a->stop_at >= 0, "--stop-at", "must not be negative (0: off)", e);
+           args_require(a->stop_at >= 0, "--stop-at", "must not be negative (0: off)", e) &&
+           args_require(a->tensorboard == 0 || a->tensorboard == 1, "--tensorboard", "must be 0 or 1", e);
 }
 
 static inline bool args_check_generation(const TrainArgs* a, std::string* e) {

@@ -69,13 +69,13 @@ static inline void hf_transpose(float* dst, const float* src, size_t rows, size_
 
 static inline const JsonValue* hf_field(const JsonValue* config, const char* key, JsonType type, const char* path) {
     const JsonValue* v = config->find(key);
-    if (v != NULL && v->type != type && v->type != JSON_NULL) { fail("%s: field %s has the wrong type", path, key); }
-    return v != NULL && v->type == type ? v : NULL;
+    if (v != nullptr && v->type != type && v->type != JSON_NULL) { fail("%s: field %s has the wrong type", path, key); }
+    return v != nullptr && v->type == type ? v : nullptr;
 }
 
 static inline int hf_int_field(const JsonValue* config, const char* key, const char* path) {
     const JsonValue* v = hf_field(config, key, JSON_NUMBER, path);
-    if (v == NULL) { fail("%s: field %s is missing", path, key); }
+    if (v == nullptr) { fail("%s: field %s is missing", path, key); }
     if (!v->is_integer || v->integer <= 0 || v->integer > INT32_MAX) { fail("%s: field %s must be a positive integer", path, key); }
     return (int)v->integer;
 }
@@ -83,7 +83,7 @@ static inline int hf_int_field(const JsonValue* config, const char* key, const c
 // A boolean field that must keep the value this trainer implements (its default when absent).
 static inline void hf_require_bool(const JsonValue* config, const char* key, bool expected, const char* path) {
     const JsonValue* v = hf_field(config, key, JSON_BOOL, path);
-    if (v != NULL && v->boolean != expected) {
+    if (v != nullptr && v->boolean != expected) {
         fail("%s: field %s = %s is not supported (this trainer implements %s)", path, key, v->boolean ? "true" : "false",
              expected ? "true" : "false");
     }
@@ -104,27 +104,27 @@ static inline void hf_read_config(const char* path, ModelShape* shape, bool* tie
     if (!json_parse(text.data(), text.size(), &config, error, sizeof(error))) { fail("%s: %s", path, error); }
     if (config.type != JSON_OBJECT) { fail("%s: not a JSON object", path); }
     const JsonValue* type = hf_field(&config, "model_type", JSON_STRING, path);
-    bool relu = type != NULL && type->string == HF_RELU_MODEL_TYPE;
-    if (type != NULL && type->string != "gpt2" && !relu) {
+    bool relu = type != nullptr && type->string == HF_RELU_MODEL_TYPE;
+    if (type != nullptr && type->string != "gpt2" && !relu) {
         fail("%s: field model_type = \"%s\" is not GPT-2 (gpt2 or %s)", path, type->string.c_str(), HF_RELU_MODEL_TYPE);
     }
     const JsonValue* activation = hf_field(&config, "activation_function", JSON_STRING, path);
-    if (activation != NULL && activation->string != "gelu_new" && activation->string != "gelu_pytorch_tanh") {
+    if (activation != nullptr && activation->string != "gelu_new" && activation->string != "gelu_pytorch_tanh") {
         fail("%s: field activation_function = \"%s\" is not supported (the tanh GELU: gelu_new)", path,
              activation->string.c_str());
     }
     const JsonValue* eps = hf_field(&config, "layer_norm_epsilon", JSON_NUMBER, path);
-    if (eps != NULL && eps->number != 1e-5) {
+    if (eps != nullptr && eps->number != 1e-5) {
         fail("%s: field layer_norm_epsilon = %g is not supported (1e-5)", path, eps->number);
     }
     hf_require_bool(&config, "scale_attn_weights", true, path);
     hf_require_bool(&config, "scale_attn_by_inverse_layer_idx", false, path);
     hf_require_bool(&config, "reorder_and_upcast_attn", false, path);
     const JsonValue* tie = hf_field(&config, "tie_word_embeddings", JSON_BOOL, path);
-    *tied = tie == NULL || tie->boolean;
+    *tied = tie == nullptr || tie->boolean;
     int C = hf_int_field(&config, "n_embd", path);
     const JsonValue* inner = hf_field(&config, "n_inner", JSON_NUMBER, path);
-    if (inner != NULL && inner->integer != 4 * (int64_t)C) {
+    if (inner != nullptr && inner->integer != 4 * (int64_t)C) {
         fail("%s: field n_inner = %lld is not supported (4 n_embd = %d)", path, (long long)inner->integer, 4 * C);
     }
     int V = hf_int_field(&config, "vocab_size", path);
@@ -168,7 +168,7 @@ static inline bool hf_is_model(const char* path) {
 static inline std::vector<float> hf_read_tensor(const char* path, const SafeFile* file, const std::string& prefix,
                                                 const std::string& name, const std::vector<int64_t>& shape) {
     const SafeTensor* t = safetensors_find(file, (prefix + name).c_str());
-    if (t == NULL) { fail("%s: tensor %s%s is missing", path, prefix.c_str(), name.c_str()); }
+    if (t == nullptr) { fail("%s: tensor %s%s is missing", path, prefix.c_str(), name.c_str()); }
     if (t->shape != shape) {
         std::string expected, got;
         for (int64_t d : shape) { expected += (expected.empty() ? "" : ", ") + std::to_string(d); }
@@ -209,7 +209,7 @@ static inline void gpt2_from_hf(const char* path, ModelShape* shape, std::vector
     const char* wpath = weights.c_str();
     SafeFile file;
     safetensors_open(wpath, &file);
-    std::string prefix = safetensors_find(&file, "transformer.wte.weight") != NULL ? "transformer." : "";
+    std::string prefix = safetensors_find(&file, "transformer.wte.weight") != nullptr ? "transformer." : "";
     int L = shape->num_layers;
     hf_check_names(wpath, &file, prefix, L);
     size_t sizes[NUM_PARAMETER_TENSORS];
@@ -231,7 +231,7 @@ static inline void gpt2_from_hf(const char* path, ModelShape* shape, std::vector
         tensor += sizes[t];
     }
     const SafeTensor* head = safetensors_find(&file, "lm_head.weight");
-    if (head != NULL) {  // must be wte: the trainer ties them
+    if (head != nullptr) {  // must be wte: the trainer ties them
         std::vector<float> lm_head = hf_read_tensor(wpath, &file, "", "lm_head.weight", hf_tensor_shape(shape, 0));
         if (memcmp(lm_head.data(), params->data(), lm_head.size() * sizeof(float)) != 0) {
             fail("%s: lm_head.weight differs from wte (%s): untied output weights are not supported", wpath,
@@ -337,14 +337,14 @@ static inline void read_any_model(const char* path, ModelShape* shape, std::vect
     }
 }
 
-// Writes the model (shape, flat parameters) and, unless tok is NULL, the tokenizer as a Hugging
+// Writes the model (shape, flat parameters) and the tokenizer (when tok is given) as a Hugging
 // Face GPT-2 directory (the files of hf_written_files).
 static inline void gpt2_to_hf(const char* dir, const ModelShape* shape, const float* params, const Tokenizer* tok) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { fail("cannot create directory %s: %s", dir, strerror(errno)); }
-    if (tok != NULL && (int)tok->vocab_size != shape->vocab_size) {
+    if (tok != nullptr && (int)tok->vocab_size != shape->vocab_size) {
         fail("the tokenizer has %u tokens, the model %d", tok->vocab_size, shape->vocab_size);
     }
-    uint32_t eot = tok != NULL ? tok->eot_token : (uint32_t)shape->vocab_size - 1;
+    uint32_t eot = tok != nullptr ? tok->eot_token : (uint32_t)shape->vocab_size - 1;
     int L = shape->num_layers;
     size_t sizes[NUM_PARAMETER_TENSORS];
     parameter_sizes(shape, sizes);
@@ -380,5 +380,5 @@ static inline void gpt2_to_hf(const char* dir, const ModelShape* shape, const fl
              relu ? HF_RELU_MODEL_TYPE : "gpt2", shape->vocab_size, shape->max_seq_len, shape->max_seq_len,
              shape->channels, L, shape->num_heads, eot, eot, attention_name(shape->attention));
     hf_write_text(std::string(dir) + "/config.json", config);
-    if (tok != NULL) { hf_write_tokenizer(dir, tok, shape->max_seq_len); }
+    if (tok != nullptr) { hf_write_tokenizer(dir, tok, shape->max_seq_len); }
 }

@@ -211,14 +211,14 @@ static inline std::string model_file_first_nonfinite(const ModelShape* s, const 
 static inline bool model_file_load(const char* path, ModelShape* shape, std::vector<float>* params, std::string* problem) {
     char message[4096 + 256];
     auto refuse = [&](FILE* file) {
-        if (file != NULL) { fclose(file); }
+        if (file != nullptr) { fclose(file); }
         *problem = message;
         return false;
     };
     FILE* file = fopen(path, "rb");
-    if (file == NULL) {
+    if (file == nullptr) {
         snprintf(message, sizeof(message), "cannot open %s: %s", path, strerror(errno));
-        return refuse(NULL);
+        return refuse(nullptr);
     }
     int32_t header[256];
     if (fread(header, sizeof(int32_t), 256, file) != 256) {
@@ -255,12 +255,12 @@ static inline bool model_file_load(const char* path, ModelShape* shape, std::vec
     if (header[MODEL_FILE_CHECKSUM_SLOT] == 1 && (uint32_t)header[MODEL_FILE_CHECKSUM_SLOT + 1] != crc) {
         snprintf(message, sizeof(message), "%s: checksum %08x, but the parameters give %08x (the file is corrupt)",
                  path, (uint32_t)header[MODEL_FILE_CHECKSUM_SLOT + 1], crc);
-        return refuse(NULL);
+        return refuse(nullptr);
     }
     std::string bad = model_file_first_nonfinite(shape, params->data());
     if (!bad.empty()) {
         snprintf(message, sizeof(message), "%s: %s is not finite: refusing a diverged model", path, bad.c_str());
-        return refuse(NULL);
+        return refuse(nullptr);
     }
     return true;
 }

@@ -19,13 +19,13 @@ static inline const char* schedule_name(Schedule schedule) {
 
 // A checkpoint stores these and a resumed run must match; micro_batches counts the micro-batches
 // of B x T per optimizer step over all GPUs (-d / B*T), so a run may resume on another number of
-// GPUs. use_tf32 holds -f: 0 FP32 accuracy (split TF32 since 2026-11-26; plain FP32 before), 1
-// TF32, 2 plain FP32.
+// GPUs. precision holds -f, the matrix products' arithmetic: 0 FP32 accuracy (split TF32 since
+// 2026-11-26; plain FP32 before), 1 TF32, 2 plain FP32 (the trainer's MatmulPrecision).
 struct RunShape {
     int32_t B, T, micro_batches, max_steps, warmup_steps;
     Schedule schedule;        // -k
     AttentionKind attention;  // -A; ATTENTION_OF_MODEL until the model is built
-    int32_t use_tf32, overfit_single_batch;
+    int32_t precision, overfit_single_batch;
     float lr, final_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
     float spike_z;         // -sg: skip an update whose norm is this many std devs above the recent ones
@@ -40,7 +40,7 @@ static inline const char* run_shape_mismatch(const RunShape& saved, const RunSha
     const std::pair<bool, const char*> fields[] = {
         {differ(s.B, c.B), "-b"}, {differ(s.T, c.T), "-t"}, {differ(s.micro_batches, c.micro_batches), "-d"},
         {differ(s.max_steps, c.max_steps), "-x"}, {differ(s.warmup_steps, c.warmup_steps), "-u"},
-        {differ(s.schedule, c.schedule), "-k"}, {differ(s.use_tf32, c.use_tf32), "-f"},
+        {differ(s.schedule, c.schedule), "-k"}, {differ(s.precision, c.precision), "-f"},
         {differ(s.overfit_single_batch, c.overfit_single_batch), "-a"}, {differ(s.lr, c.lr), "-l"},
         {differ(s.final_lr_frac, c.final_lr_frac), "-q"}, {differ(s.weight_decay, c.weight_decay), "-c"},
         {differ(s.beta1, c.beta1), "--beta1"}, {differ(s.beta2, c.beta2), "--beta2"}, {differ(s.eps, c.eps), "--eps"},

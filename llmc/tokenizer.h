@@ -649,13 +649,18 @@ struct Utf8Printer {
         held.clear();
     }
 
-    // Prints the printable part of token `id` to f and flushes it.
-    void print_token(const Tokenizer* tok, uint32_t id, FILE* f) {
+    // Appends the printable part of token `id` to out.
+    void append_token(const Tokenizer* tok, uint32_t id, std::string* out) {
         const uint8_t* bytes;
         size_t len;
         tokenizer_decode(tok, id, &bytes, &len);
+        feed(bytes, len, out);
+    }
+
+    // Prints the printable part of token `id` to f and flushes it.
+    void print_token(const Tokenizer* tok, uint32_t id, FILE* f) {
         std::string text;
-        feed(bytes, len, &text);
+        append_token(tok, id, &text);
         fwrite(text.data(), 1, text.size(), f);
         fflush(f);
     }

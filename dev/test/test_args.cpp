@@ -40,7 +40,7 @@ TEST(defaults) {
     CHECK(parse({}, &a) == "");
     const RunShape& r = a.shape;
     CHECK(r.B == 4 && r.T == 1024 && r.micro_batches == 1 && r.max_steps == -1 && r.warmup_steps == 0);
-    CHECK(r.schedule == SCHEDULE_COSINE && r.attention == ATTENTION_OF_MODEL && r.use_tf32 == 1 && r.overfit_single_batch == 0);
+    CHECK(r.schedule == SCHEDULE_COSINE && r.attention == ATTENTION_OF_MODEL && r.precision == 1 && r.overfit_single_batch == 0);
     CHECK(r.lr == 3e-4f && r.final_lr_frac == 0.0f && r.weight_decay == 0.0f && r.beta1 == 0.9f && r.beta2 == 0.95f);
     CHECK(r.eps == 1e-8f && r.grad_clip == 1.0f && r.seed == 1337 && r.spike_z == 6.0f && r.spike_window == 64);
     CHECK(a.train_pattern.empty() && a.val_pattern.empty() && a.tokenizer.empty() && strcmp(a.model, "d12") == 0);
@@ -48,6 +48,7 @@ TEST(defaults) {
     CHECK(a.val_every == 20 && a.val_batches == 20 && a.sample_every == 20 && a.gen_tokens == 64);
     CHECK(a.checkpoint_every == 0 && a.checkpoint_keep == 0 && a.resume == 0 && !a.force && a.stop_at == 0);
     CHECK(a.max_skips == 5 && a.recompute == 0 && a.debug_nan_step == -1 && a.peak_tflops == 0.0f);
+    CHECK(a.tensorboard == 1);
     CHECK(a.prompt == nullptr && a.prompt_file == nullptr && a.gen_new == 256 && a.batch_samples == 1 && !a.show_ids);
     CHECK(a.temperature == 1.0f && a.top_k == 0 && a.top_p == 1.0f);
     CHECK(a.eval_path == nullptr && a.eval_every == 0 && a.eval_report == nullptr && !a.help);
@@ -73,20 +74,25 @@ TEST(batch_and_optimisation_flags) {
     CHECK(r.B == 8 && r.T == 64 && a.total_batch_tokens == 2048 && r.micro_batches == 4 && r.max_steps == 7);
     CHECK(r.lr == 1e-3f && r.warmup_steps == 2 && r.schedule == SCHEDULE_LINEAR && r.final_lr_frac == 0.1f);
     CHECK(r.weight_decay == 0.05f && r.beta1 == 0.8f && r.beta2 == 0.9f && r.eps == 1e-6f && r.grad_clip == 0.5f);
-    CHECK(r.use_tf32 == 0 && r.overfit_single_batch == 1 && a.recompute == 1);
+    CHECK(r.precision == 0 && r.overfit_single_batch == 1 && a.recompute == 1);
     CHECK(parse({"-k", "constant"}, &a) == "" && a.shape.schedule == SCHEDULE_CONSTANT);
     CHECK(parse({"-b", "2", "-t", "8"}, &a, 3) == "" && a.total_batch_tokens == 48 && a.shape.micro_batches == 3);
+    // -d and --seed past 32 bits
+    CHECK(parse({"-b", "4", "-t", "1024", "-d", "4294967296"}, &a) == "" && a.total_batch_tokens == 4294967296LL &&
+          a.shape.micro_batches == 1048576);
+    CHECK(parse({"--seed", "5000000000"}, &a) == "" && a.shape.seed == 5000000000ULL);
+    CHECK(parse({"--seed", "-1"}, &a) == "" && a.shape.seed == UINT64_MAX);
 }
 
 TEST(guard_output_and_checkpoint_flags) {
     TrainArgs a;
     CHECK(parse({"-sg", "3.5", "--spike-window", "8", "--max-skips", "2", "--debug-nan-step", "4", "-v", "5", "-m", "6",
                  "-s", "7", "-g", "8", "-o", "d", "-n", "9", "-nk", "2", "-y", "1", "--force", "--stop-at", "3",
-                 "--peak-tflops", "100", "--gpus", "2", "-ng", "2"}, &a) == "");
+                 "--peak-tflops", "100", "--gpus", "2", "-ng", "2", "--tensorboard", "0"}, &a) == "");
     CHECK(a.shape.spike_z == 3.5f && a.shape.spike_window == 8 && a.max_skips == 2 && a.debug_nan_step == 4);
     CHECK(a.val_every == 5 && a.val_batches == 6 && a.sample_every == 7 && a.gen_tokens == 8);
     CHECK(a.checkpoint_every == 9 && a.checkpoint_keep == 2 && a.resume == 1 && a.force && a.stop_at == 3);
-    CHECK(a.peak_tflops == 100.0f);
+    CHECK(a.peak_tflops == 100.0f && a.tensorboard == 0);
 }
 
 TEST(generation_and_evaluation_flags) {
@@ -131,6 +137,8 @@ TEST(error_messages) {
          "flag -d: total batch 24 tokens is not a positive multiple of B*T*GPUs = 2*8*1 = 16"},
         {{"-b", "2", "-t", "8", "-d", "16"},
          "flag -d: total batch 16 tokens is not a positive multiple of B*T*GPUs = 2*8*2 = 32", 2},
+        {{"-d", "99999999999999999999"}, "flag -d: '99999999999999999999' is not an integer"},
+        {{"-b", "3000000000"}, "flag -b: '3000000000' is not an integer"},
         {{"-d", "-4096"}, "flag -d: total batch -4096 tokens is not a positive multiple of B*T*GPUs = 4*1024*1 = 4096"},
         // the optimizer and the guards
         {{"-x", "0"}, "flag -x: steps must be positive (0 only with --eval: evaluate without training)"},
@@ -162,6 +170,7 @@ TEST(error_messages) {
         {{"-y", "1"}, "flag -o: -n and -y need an output directory"},
         {{"--peak-tflops", "-1"}, "flag --peak-tflops: must not be negative"},
         {{"--stop-at", "-1"}, "flag --stop-at: must not be negative (0: off)"},
+        {{"--tensorboard", "2"}, "flag --tensorboard: must be 0 or 1"},
         // generation and evaluation
         {{"--prompt", "a", "--prompt-file", "p"}, "flag --prompt-file: and --prompt: give one of them"},
         {{"--gen", "0"}, "flag --gen: must be at least 1"},

@@ -1,5 +1,6 @@
 // CPU tests of llmc/logger.h: each kind of main.log line in its exact format (scripts/plot.py
-// parses them), flushed as written, and nothing written without a log.
+// parses them), flushed as written, nothing written without a log, and the TensorBoard events
+// beside main.log (their tags; dev/test/test_tensorboard.py reads them back with TensorBoard).
 #include <string>
 
 #include "dev/test/files.h"
@@ -11,16 +12,17 @@ template <typename F>
 static std::string logged(F fn) {
     std::string dir = make_temp_dir("test_logger");
     std::string path = dir + "/main.log";
-    FILE* log = fopen_or_fail(path.c_str(), "w");
-    fn(log);
+    RunLog log;
+    log.file = fopen_or_fail(path.c_str(), "w");
+    fn(&log);
     std::string text = read_file(path);
-    fclose(log);
+    run_log_close(&log);
     remove_dir(dir);
     return text;
 }
 
 TEST(step_line) {
-    std::string text = logged([](FILE* log) {
+    std::string text = logged([](RunLog* log) {
         log_step(log, {.step = 12, .loss = 3.25f, .lr = 6e-4f, .grad_norm = 1.5f, .ms = 42.125, .tokens_per_second = 97386.4,
                        .mfu_percent = 41.236});
     });
@@ -28,32 +30,74 @@ TEST(step_line) {
 }
 
 TEST(val_eval_and_skip_lines) {
-    CHECK(logged([](FILE* log) { log_val_loss(log, 20, 4.5f); }) == "s:20 tel:4.500000\n");
-    CHECK(logged([](FILE* log) { log_eval(log, 0, 0.29376); }) == "s:0 eval:0.2938\n");
-    CHECK(logged([](FILE* log) { log_skipped(log, 5, "non-finite norm"); }) == "s:5 skipped: non-finite norm\n");
+    CHECK(logged([](RunLog* log) { log_val_loss(log, 20, 4.5f); }) == "s:20 tel:4.500000\n");
+    CHECK(logged([](RunLog* log) { log_eval(log, 0, 0.29376); }) == "s:0 eval:0.2938\n");
+    CHECK(logged([](RunLog* log) { log_skipped(log, 5, "non-finite norm", 2); }) == "s:5 skipped: non-finite norm\n");
 }
 
 TEST(comment_lines) {
-    CHECK(logged([](FILE* log) { log_resumed(log, 250, 2); }) == "# resumed at step 250 on 2 GPUs\n");
-    CHECK(logged([](FILE* log) { log_restarted(log); }) == "# no checkpoint to resume from: started from scratch\n");
+    CHECK(logged([](RunLog* log) { log_resumed(log, 250, 2); }) == "# resumed at step 250 on 2 GPUs\n");
+    CHECK(logged([](RunLog* log) { log_restarted(log); }) == "# no checkpoint to resume from: started from scratch\n");
+    CHECK(logged([](RunLog* log) { log_tokens_per_step(log, 524288); }) == "# tokens per step: 524288\n");
 }
 
 TEST(lines_in_order) {
-    std::string text = logged([](FILE* log) {
+    std::string text = logged([](RunLog* log) {
         log_val_loss(log, 0, 10.0f);
-        log_skipped(log, 0, "norm spike (z 7.1 > 6)");
+        log_skipped(log, 0, "norm spike (z 7.1 > 6)", 1);
     });
     CHECK(text == "s:0 tel:10.000000\ns:0 skipped: norm spike (z 7.1 > 6)\n");
 }
 
 TEST(no_log_writes_nothing) {
-    log_step(nullptr, {.step = 1, .loss = 1, .lr = 1, .grad_norm = 1, .ms = 1, .tokens_per_second = 1, .mfu_percent = 1});
-    log_val_loss(nullptr, 1, 1.0f);
-    log_eval(nullptr, 1, 1.0);
-    log_skipped(nullptr, 1, "x");
-    log_resumed(nullptr, 1, 1);
-    log_restarted(nullptr);
+    RunLog none;
+    log_step(&none, {.step = 1, .loss = 1, .lr = 1, .grad_norm = 1, .ms = 1, .tokens_per_second = 1, .mfu_percent = 1});
+    log_val_loss(&none, 1, 1.0f);
+    log_eval(&none, 1, 1.0);
+    log_skipped(&none, 1, "x", 1);
+    log_tokens_per_step(&none, 1);
+    log_resumed(&none, 1, 1);
+    log_restarted(&none);
+    log_config(&none, 0, "table");
+    log_sample(&none, 1, "text");
+    run_log_close(&none);
     CHECK(true);  // reaching here: no write through a null FILE*
+}
+
+TEST(text_shown_as_a_code_block) {
+    CHECK(markdown_code_block("| a |\n| b |") == "    | a |\n    | b |");
+    CHECK(markdown_code_block("") == "    ");
+}
+
+// The folder's event file, beside main.log: each writer's tags, in the order written.
+TEST(tensorboard_events_beside_main_log) {
+    std::string dir = make_temp_dir("test_logger");
+    RunLog log = run_log_open(dir, false, false, true);
+    CHECK(log.file != nullptr && log.events.file != nullptr);
+    log_config(&log, 0, "| model | d12 |");
+    log_step(&log, {.step = 0, .loss = 1, .lr = 1, .grad_norm = 1, .ms = 1, .tokens_per_second = 1, .mfu_percent = 1});
+    log_val_loss(&log, 0, 1.0f);
+    log_eval(&log, 0, 0.5);
+    log_skipped(&log, 0, "non-finite loss", 1);
+    log_sample(&log, 1, "text");
+    log_resumed(&log, 1, 1);
+    std::string events = read_file(log.events.path);  // flushed as written
+    run_log_close(&log);
+    size_t at = 0;
+    for (const char* tag : {"config", "    | model | d12 |", "train/loss", "train/lr", "train/grad_norm", "perf/step_ms",
+                            "perf/tok_per_s", "perf/mfu_percent", "val/loss", "eval/accuracy", "train/skipped_updates",
+                            "samples", "    text"}) {
+        at = events.find(tag, at);
+        if (at == std::string::npos) { fprintf(stderr, "  no %s in the events, or out of order\n", tag); }
+        CHECK(at != std::string::npos);
+    }
+    std::string session_start = "\x3a\x02\x08\x01";  // Event field 7: SessionLog {status: START}
+    CHECK(events.find(session_start) < events.find("config"));  // a new run's: at step 0, before all else
+    CHECK(events.find("\x10\x01" + session_start) != std::string::npos);  // log_resumed's: at its step
+    RunLog off = run_log_open(dir, true, false, false);  // --tensorboard 0
+    CHECK(off.events.file == nullptr);
+    run_log_close(&off);
+    remove_dir(dir);
 }
 
 TEST(open_refuses_a_folder_holding_a_run) {
@@ -73,9 +117,9 @@ TEST(open_refuses_a_folder_holding_a_run) {
 TEST(open_appends_when_resuming) {
     std::string dir = make_temp_dir("test_logger");
     write_file(dir + "/main.log", "s:0 trl:10.900000\n");
-    FILE* log = log_open(dir, true, false);
-    log_restarted(log);
-    fclose(log);
+    RunLog log = run_log_open(dir, true, false, false);
+    log_restarted(&log);
+    run_log_close(&log);
     CHECK(read_file(dir + "/main.log") == "s:0 trl:10.900000\n# no checkpoint to resume from: started from scratch\n");
     fclose(log_open(dir, false, true));
     CHECK(read_file(dir + "/main.log").empty());

@@ -29,7 +29,7 @@ static RunState sample_state(size_t P) {
                        .warmup_steps = 3,
                        .schedule = SCHEDULE_COSINE,
                        .attention = ATTENTION_SOFTMAX,
-                       .use_tf32 = 1,
+                       .precision = 1,
                        .overfit_single_batch = 0,
                        .lr = 6e-4f,
                        .final_lr_frac = 0.1f,
