@@ -138,6 +138,7 @@ test: all $(TRAIN_DATA)
 	dev/test/test_tensorboard.sh
 	SIGNAL_TRIALS=3 KILL_TRIALS=3 dev/test/test_faults.sh
 	dev/test/test_bench_gpus.sh
+	dev/test/test_plot.sh
 	dev/test/test_multi_gpu.sh
 
 # The reference steps exercise gradient accumulation, clipping and a warmup + cosine schedule.

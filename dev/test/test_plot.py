@@ -1,0 +1,190 @@
+"""Tests scripts/plot.py on the committed logs dev/test/fixtures/logs/{softmax,relu}/main.log
+(softmax: a `# tokens per step` line, a skipped update, a resume that logs steps 12 and 13 again;
+relu: no such line, a restart from scratch and a resume), through Run, the matplotlib Figure that
+make_figure returns, and the command line (PNG, CSV, one-line errors for damaged, empty and missing
+logs). Run by dev/test/test_plot.sh, which provides matplotlib.
+"""
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import plot  # noqa: E402
+
+LOGS = os.path.join(REPO, "dev", "test", "fixtures", "logs")
+SOFTMAX, RELU = os.path.join(LOGS, "softmax"), os.path.join(LOGS, "relu")
+passed = failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    print(f"{'ok   ' if ok else 'FAIL '} {name}{'' if ok else ': ' + str(detail)}")
+    passed, failed = passed + ok, failed + (not ok)
+
+
+def plot_cli(*args):
+    return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "plot.py"), *args], capture_output=True,
+                          text=True)
+
+
+def lines_by_label(ax):
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def test_read(softmax, relu):
+    check("softmax: tokens per step from its comment", (softmax.tokens_per_step, softmax.exact_tokens) == (8192, True),
+          (softmax.tokens_per_step, softmax.exact_tokens))
+    check("relu: tokens per step from tok/s x ms", (relu.tokens_per_step, relu.exact_tokens) == (4096, False),
+          (relu.tokens_per_step, relu.exact_tokens))
+    check("steps 0..20 (train s:S is step S+1, val s:S step S)",
+          list(softmax.rows) == list(range(21)) == list(relu.rows))
+    row = softmax.rows[13]  # s:12, logged again after the resume
+    check("a step logged again: the later line wins", (row["train_loss"], row["ms"]) == (5.904347, 905.118), row)
+    check("relu: the restart from scratch supersedes steps 0..2", relu.rows[1]["train_loss"] == 11.000594, relu.rows[1])
+    check("skipped update at step 8 (s:7)", softmax.rows[8].get("skipped") == "norm spike (z 7.1 > 6)", softmax.rows[8])
+    check("val and eval at step 20", (softmax.rows[20]["val_loss"], softmax.rows[20]["eval"]) == (5.851203, 0.3))
+
+
+def test_resume_drops_later_steps(work):
+    path = os.path.join(work, "cut", "main.log")
+    write(path, "".join(f"s:{s} trl:5 lr:1e-4 norm:1 ms:10.000 tok/s:100 mfu:1\n" for s in range(6))
+          + "# resumed at step 3 on 2 GPUs\ns:3 trl:4 lr:1e-4 norm:1 ms:10.000 tok/s:100 mfu:1\n")
+    run = plot.read_log(path, "cut")
+    check("a resume drops the steps from its checkpoint on that it did not log again", list(run.rows) == [1, 2, 3, 4],
+          list(run.rows))
+    check("the first step after a resume is a setup step", run.rows[4]["setup"] and not run.rows[2]["setup"])
+
+
+def test_figure(runs):
+    fig = plot.make_figure(runs, "step")
+    loss_ax, speed_ax = fig.axes
+    lines = lines_by_label(loss_ax)
+    legend = [text.get_text() for text in loss_ax.get_legend().get_texts()]
+    vals = [t for t in legend if t.startswith(("softmax val", "relu val"))]
+    check("legend: train curves named by folder, val curves",
+          legend[:1] == ["softmax"] and "relu" in legend and len(vals) == 2, legend)
+    train = lines["softmax"]
+    check("softmax train curve: steps 1..20", list(train.get_xdata()) == list(range(1, 21)), train.get_xdata())
+    raw = lines["_softmax raw"]
+    check("raw curve: faint, the same colour", raw.get_alpha() < 1 and raw.get_color() == train.get_color())
+    check("raw curve: the superseded step's later loss", raw.get_ydata()[12] == 5.904347, raw.get_ydata()[12])
+    smooth = train.get_ydata()
+    check("smoothed curve: an exponential moving average (0.9)",
+          abs(smooth[1] - (0.9 * 10.953436 + 0.1 * 9.824114)) < 1e-12, smooth[:2])
+    val = next(line for label, line in lines.items() if label.startswith("relu val"))
+    check("relu val curve: steps 0, 10, 20", list(val.get_xdata()) == [0, 10, 20], val.get_xdata())
+    speeds = lines_by_label(speed_ax)
+    check("tok/s panel: both runs, without the steps that include setup (1, 13)",
+          sorted(speeds) == ["relu", "softmax"] and 1 not in speeds["softmax"].get_xdata()
+          and 13 not in speeds["softmax"].get_xdata() and len(speeds["softmax"].get_xdata()) == 18)
+    check("x axis: steps", loss_ax.get_xlabel() == "step", loss_ax.get_xlabel())
+
+
+def test_tokens_figure(runs):
+    loss_ax, speed_ax = plot.make_figure(runs, "tokens").axes
+    lines = lines_by_label(loss_ax)
+    xs = list(lines["softmax"].get_xdata())
+    check("--tokens: softmax train at (s+1) x 8192", xs == [8192 * s for s in range(1, 21)], xs)
+    val = next(line for label, line in lines.items() if label.startswith("relu val"))
+    check("--tokens: relu val at s x 4096", list(val.get_xdata()) == [0, 40960, 81920], val.get_xdata())
+    check("--tokens: labelled approximate for relu", loss_ax.get_xlabel() == "tokens (approximate for relu)",
+          loss_ax.get_xlabel())
+
+
+def test_smoothed():
+    check("--smooth 0: the raw curve", plot.smoothed([4.0, 2.0, 3.0], 0) == [4.0, 2.0, 3.0])
+    out = plot.smoothed([4.0, float("nan"), 2.0], 0.5)
+    check("a non-finite loss stays out of the average", out[0] == 4.0 and out[1] != out[1] and out[2] == 3.0, out)
+
+
+def test_cli_figure(work):
+    png = os.path.join(work, "ab.png")
+    result = plot_cli(SOFTMAX, RELU, "-o", png, "--tokens")
+    with open(png, "rb") as f:
+        check("two runs: a PNG", result.returncode == 0 and f.read(8) == b"\x89PNG\r\n\x1a\n", result.stderr)
+    one = shutil.copytree(SOFTMAX, os.path.join(work, "one"))
+    result = plot_cli(one)
+    check("one run: DIR/main.png by default", result.returncode == 0 and os.path.isfile(os.path.join(one, "main.png")),
+          result.stderr)
+    result = plot_cli(SOFTMAX, RELU)
+    check("several runs without -o: refused", result.returncode != 0 and "-o" in result.stderr, result.stderr)
+    result = plot_cli(one, "--csv", os.path.join(one, "main.log"))
+    check("an output that is an input: refused", result.returncode != 0 and "one of the logs" in result.stderr,
+          result.stderr)
+
+
+def test_cli_csv(work):
+    path = os.path.join(work, "runs.csv")
+    result = plot_cli(SOFTMAX, RELU, "--csv", path)
+    if result.returncode != 0:
+        check("--csv", False, result.stderr)
+        return
+    with open(path, newline="") as f:
+        text = f.read()
+    reader = csv.DictReader(io.StringIO(text))
+    rows = {(row["run"], int(row["step"])): row for row in reader}
+    check("CSV columns", reader.fieldnames == plot.CSV_COLUMNS, reader.fieldnames)
+    check("CSV: one row per run and step", len(rows) == 42 and len(text.splitlines()) == 43, len(rows))
+    check("CSV: the superseded step's later line", rows["softmax", 13]["ms"] == "905.118", rows["softmax", 13])
+    check("CSV: tokens", rows["softmax", 13]["tokens"] == str(13 * 8192) and rows["relu", 20]["tokens"] == "81920")
+    first = rows["softmax", 0]
+    check("CSV: empty cells where nothing was logged", first["train_loss"] == "" == rows["softmax", 1]["val_loss"]
+          and first["val_loss"] == "10.98211", first)
+    check("CSV: eval and skipped",
+          rows["softmax", 10]["eval"] == "0.2667" and rows["softmax", 8]["skipped"].startswith("norm spike"))
+    check("CSV only: no figure needed for several runs", not os.path.exists(os.path.join(SOFTMAX, "main.png")))
+
+
+def check_refused(name, path, text, where):
+    write(path, text)
+    result = plot_cli(path, "-o", os.path.join(os.path.dirname(path), "x.png"))
+    ok = result.returncode != 0 and where in result.stderr and "Traceback" not in result.stderr
+    check(f"{name}: one message naming {where}", ok and len(result.stderr.splitlines()) == 1, result.stderr)
+
+
+def test_bad_logs(work):
+    good = "s:0 tel:10.9\ns:0 trl:10.9 lr:6e-5 norm:9 ms:800.000 tok/s:1000 mfu:1\n"
+    bad = os.path.join(work, "bad", "main.log")
+    check_refused("a value that is not a number", bad,
+                  good + "s:1 trl:9.8 lr:1e-4 norm:x7 ms:100.000 tok/s:8192 mfu:30\n", f"{bad}:3")
+    check_refused("a line that does not parse", bad, good + "s:1 trl:9.8 lr:1e-4 no\n", f"{bad}:3")
+    check_refused("a train line missing keys", bad, good + "s:1 trl:9.8\n", f"{bad}:3")
+    check_refused("garbage", bad, "hello\n" + good, f"{bad}:1")
+    empty = os.path.join(work, "empty", "main.log")
+    check_refused("an empty log", empty, "", empty)
+    check_refused("a log with no train step", empty, "# tokens per step: 8\ns:0 tel:10.9\n", empty)
+    missing = os.path.join(work, "missing", "main.log")
+    result = plot_cli(missing, "-o", os.path.join(work, "m.png"))
+    check("a missing log: one message naming it", result.returncode != 0 and missing in result.stderr
+          and "Traceback" not in result.stderr, result.stderr)
+
+
+def main():
+    runs = plot.read_runs([SOFTMAX, RELU + "/"])
+    check("labels: the folder names", [run.label for run in runs] == ["softmax", "relu"], [run.label for run in runs])
+    test_read(*runs)
+    test_figure(runs)
+    test_tokens_figure(runs)
+    test_smoothed()
+    with tempfile.TemporaryDirectory() as work:
+        test_resume_drops_later_steps(work)
+        test_cli_figure(work)
+        test_cli_csv(work)
+        test_bad_logs(work)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
