@@ -99,9 +99,9 @@ data: $(TRAIN_DATA)
 train: train_gpt2_fp32 $(TRAIN_DATA)
 	./train_gpt2_fp32 -e d12 -b 8 -t 1024 -l 6e-4 -u 50 -k cosine -q 0.1 -c 0.1 -x 300 -v 50 -m 0 -s 100 -g 128 -o log_d12 --force
 
-# CPU tests, then the GPU tests: the committed PyTorch fixtures in full FP32 (tight tolerances)
-# and in TF32 (loose ones) for both attention kinds, then whole runs (determinism, resume), then
-# data-parallel runs on 2 GPUs (SKIPPED with fewer).
+# CPU tests, then the GPU tests (dev/test/gpu_tests.sh): the committed PyTorch fixtures at every -f
+# for both attention kinds, whole runs (determinism, resume), faults and TensorBoard's files, in
+# parallel on several GPUs; then data-parallel runs on 2, 4 and 8 GPUs (SKIPPED with fewer).
 FIXTURES := dev/test/fixtures
 test: all $(TRAIN_DATA)
 	build/test_tokenizer
@@ -125,21 +125,9 @@ test: all $(TRAIN_DATA)
 	build/test_fingerprint
 	build/test_outputs
 	build/test_prompt
-	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
-	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
-	./test_gpt2_fp32 -f 0 -c 32 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
-	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
-	./test_gpt2_fp32 -f 1 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
-	./test_gpt2_fp32 -f 2 -m $(FIXTURES)/gpt2_small_softmax_model.bin -s $(FIXTURES)/gpt2_small_softmax_state.bin
-	./test_gpt2_fp32 -f 2 -m $(FIXTURES)/gpt2_small_relu_model.bin -s $(FIXTURES)/gpt2_small_relu_state.bin
-	./test_gpt2_fp32 -f 0 -m $(FIXTURES)/hf_tiny -s $(FIXTURES)/hf_tiny_classic_state.bin
-	./test_gpt2_fp32 --decode
-	dev/test/test_training_runs.sh
-	dev/test/test_tensorboard.sh
-	SIGNAL_TRIALS=3 KILL_TRIALS=3 dev/test/test_faults.sh
 	dev/test/test_bench_gpus.sh
 	dev/test/test_plot.sh
-	dev/test/test_multi_gpu.sh
+	dev/test/gpu_tests.sh
 
 # The reference steps exercise gradient accumulation, clipping and a warmup + cosine schedule.
 REFERENCE_STEPS := --grad-accum 2 --grad-clip 1.5 --lr-warmup 3 --lr-schedule cosine --lr-final-frac 0.1
