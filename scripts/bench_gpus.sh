@@ -7,7 +7,7 @@
 # for GPU 0 during our run) and our tok/s / PyTorch's; then the issue's targets, met or missed; the
 # table last, in markdown.
 #   scripts/bench_gpus.sh [--gpus "1 2 4"] [-e "d12 d48"] [-k "softmax relu"] [-n STEPS] [-w WARM]
-#                         [-i DATA] [--no-torch] [--torch-d48] [--socket] [--forms]
+#                         [-i DATA] [--no-torch] [--torch-d48] [--socket] [--forms] [--sweep] [--links]
 # --gpus: d12 runs at each count, d48 at the first and the last (default: 1, 2, 4 as the machine
 # has them). Kinds: d12 runs softmax and ReLU, d48 softmax only; -k sets the kinds of every model;
 # -e "" runs no model rows (only --socket / --forms, with the 1-GPU baseline they need). -n steps
@@ -20,6 +20,12 @@
 #   with four micro-steps.
 # --forms: d12 B=16 softmax at the largest GPU count with each NCCL form: default; CTA policy
 #   efficiency; at most 4 and 8 CTAs; CTA policy zero with registered windows; GPT2_OVERLAP=1 and 2.
+# --sweep: the overlap forms at d24 B=16 and d48 B=8 on the largest GPU count: GPT2_OVERLAP=0, 1
+#   and 2 with NCCL's CTA count, and 1 with at most 8, 16 and 32 CTAs (with their 1-GPU baselines).
+# --links: 2 GPUs over NCCL's host shared memory (NCCL_P2P_DISABLE=1: the order of an InfiniBand
+#   link) and sockets (NCCL_SHM_DISABLE=1 as well: Ethernet), each link's rate measured first
+#   (scripts/link_rate.py): d12 B=16 and d48 B=8 with GPT2_OVERLAP=0, 1 and 2 (d48 over sockets:
+#   0 and 2, 5 steps), and d12 at 4 and 8 micro-steps with GPT2_OVERLAP=0 and 2.
 # Time on 4 H100s (estimated): the default bench about 6 minutes (ours: d12 ~7 s a run, d48 ~20 s;
 # most of it is PyTorch's compiles, ~15-45 s a run), --socket and --forms about 1 minute each.
 # Logs go to a temporary folder removed at the end, or to $BENCH_LOGS (kept) when set. TRAINER and
@@ -27,7 +33,7 @@
 # without a GPU (dev/test/test_bench_gpus.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-gpus=; models="d12 d48"; kinds=; steps=15; warm=3; torch=1; torch_d48=0; socket=0; forms=0
+gpus=; models="d12 d48"; kinds=; steps=15; warm=3; torch=1; torch_d48=0; socket=0; forms=0; sweep=0; links=0
 data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,6 +47,8 @@ while [ $# -gt 0 ]; do
     --torch-d48) torch_d48=1; shift ;;
     --socket) socket=1; shift ;;
     --forms) forms=1; shift ;;
+    --sweep) sweep=1; shift ;;
+    --links) links=1; shift ;;
     *) echo "error: unknown argument $1 (see the header of $0)" >&2; exit 1 ;;
   esac
 done
@@ -84,7 +92,9 @@ step_ms() {
 }
 # The max of GPU 0's memory.used samples (MiB) in GB, or - without samples.
 smi_gb() { awk '$1 ~ /^[0-9]+$/ && $1 > max { max = $1 } END { if (max == "") print "-"; else printf "%.3f", max * 1048576 / 1e9 }' "$1"; }
-batch_of() { case "$1" in d12) echo 16 ;; d48) echo 8 ;; *) echo "error: no batch size for model $1 (d12 or d48)" >&2; exit 1 ;; esac; }
+batch_of() {
+  case "$1" in d12|d24) echo 16 ;; d48) echo 8 ;; *) echo "error: no batch size for model $1 (d12, d24 or d48)" >&2; exit 1 ;; esac
+}
 
 declare -A base_ms torch_base_ms  # "model kind micro-steps" -> ms/step on 1 GPU
 rows=()  # model;kind;B;GPUs;micro-steps;form;ours ms;comm ms;ours GB;smi GB;torch ms;torch GB
@@ -93,7 +103,7 @@ rows=()  # model;kind;B;GPUs;micro-steps;form;ours ms;comm ms;ours GB;smi GB;tor
 ours() {
   local name=$1 model=$2 kind=$3 G=$4 micro=$5 form=$6
   shift 6
-  local B gpu_flags smi=- ours_ms comm_ms ours_gb opt_gb torch_ms=- torch_gb=- flash
+  local B gpu_flags smi=- ours_ms comm_ms ours_gb opt_gb passes torch_ms=- torch_gb=- flash
   B=$(batch_of "$model")
   gpu_flags=$([ "$G" = 1 ] || echo "--gpus $G")
   if [ "$have_smi" = 1 ]; then
@@ -110,6 +120,7 @@ ours() {
   ours_ms=$(step_ms "$logs/ours_$name.log")
   comm_ms=$(field "$logs/ours_$name.log" 'exposed communication:' 0)
   ours_gb=$(field "$logs/ours_$name.log" 'GPU memory allocated:')
+  passes=$(grep -o '(forward [0-9.]*, backward [0-9.]*' "$logs/ours_$name.log" | head -n 1 | tr -d '(' || true)
   opt_gb=$(field "$logs/ours_$name.log" '| optimizer memory *|')
   if [ "$with_torch" = 1 ] && [ "$form" = default ] && [ "$micro" = 1 ]; then
     flash=$([ "$kind" != softmax ] || echo --flash)
@@ -125,7 +136,8 @@ ours() {
   fi
   rows+=("$model;$kind;$B;$G;$micro;$form;$ours_ms;$comm_ms;$ours_gb;$smi;$torch_ms;$torch_gb")
   echo "$model $kind B=$B GPUs=$G micro-steps=$micro $form: ours $ours_ms ms, exposed communication $comm_ms ms," \
-    "$ours_gb GB per GPU (optimizer $opt_gb GB), nvidia-smi $smi GB; PyTorch $torch_ms ms, $torch_gb GB"
+    "$ours_gb GB per GPU (optimizer $opt_gb GB), nvidia-smi $smi GB; ${passes:-passes -} ms;" \
+    "PyTorch $torch_ms ms, $torch_gb GB"
 }
 # baseline MODEL KIND MICRO: the 1-GPU run that scaling needs, unless the model rows had it
 baseline() {
@@ -161,6 +173,43 @@ if [ "$forms" = 1 ]; then
   ours form_zero_windows d12 softmax "$max_gpus" 1 "CTA_POLICY=zero, WINDOWS=1" GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1
   ours form_overlap1 d12 softmax "$max_gpus" 1 "GPT2_OVERLAP=1" GPT2_OVERLAP=1
   ours form_overlap2 d12 softmax "$max_gpus" 1 "GPT2_OVERLAP=2" GPT2_OVERLAP=2
+fi
+if [ "$sweep" = 1 ]; then
+  for model in d24 d48; do
+    baseline "$model" softmax 1
+    for form in "GPT2_OVERLAP=0" "GPT2_OVERLAP=1" "GPT2_OVERLAP=2" "GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=8" \
+                "GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=16" "GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=32"; do
+      # shellcheck disable=SC2086  # form: one or two VAR=VALUE words
+      ours "sweep_${model}_$(tr ' =' '__' <<< "$form")" "$model" softmax "$max_gpus" 1 "$form" $form
+    done
+  done
+fi
+if [ "$links" = 1 ]; then
+  for link in shm socket; do
+    link_env=(NCCL_P2P_DISABLE=1)
+    [ "$link" = shm ] || link_env+=(NCCL_SHM_DISABLE=1)
+    run_logged "link rate ($link)" "$logs/link_$link.log" env "${link_env[@]}" "$torchrun" --standalone \
+      --nproc_per_node 2 scripts/link_rate.py
+    echo "link $link: $(grep '^RESULT' "$logs/link_$link.log")"
+    for model in d12 d48; do
+      baseline "$model" softmax 1
+      levels="0 1 2"
+      [ "$link $model" != "socket d48" ] || levels="0 2"
+      for level in $levels; do
+        if [ "$link $model" = "socket d48" ]; then
+          steps=5 warm=2 ours "${link}_${model}_$level" "$model" softmax 2 1 "$link, GPT2_OVERLAP=$level" "${link_env[@]}" GPT2_OVERLAP=$level
+        else
+          ours "${link}_${model}_$level" "$model" softmax 2 1 "$link, GPT2_OVERLAP=$level" "${link_env[@]}" GPT2_OVERLAP=$level
+        fi
+      done
+    done
+    for micro in 4 8; do
+      baseline d12 softmax "$micro"
+      for level in 0 2; do
+        ours "${link}_micro${micro}_$level" d12 softmax 2 "$micro" "$link, GPT2_OVERLAP=$level" "${link_env[@]}" GPT2_OVERLAP=$level
+      done
+    done
+  done
 fi
 
 # each row's numbers: model kind B G micro form ours_ms tok/s scaling comm gb smi torch_ms torch_tok/s torch_scaling torch_gb ratio
