@@ -4,7 +4,7 @@
 # (d12: 16, d48: 8), one optimizer step per B x 1024 x GPUs batch. Prints ms/step, global tok/s,
 # scaling efficiency (tok/s at G GPUs / (G x tok/s at 1 GPU with as many micro-steps), so the 1-GPU
 # run is needed), our exposed communication, memory per GPU (the trainer's count and nvidia-smi's
-# for GPU 0 during our run) and our tok/s / PyTorch's; then the issue's targets, met or missed; the
+# for rank 0's GPU during our run) and our tok/s / PyTorch's; then the issue's targets, met or missed; the
 # table last, in markdown.
 #   scripts/bench_gpus.sh [--gpus "1 2 4"] [-e "d12 d48"] [-k "softmax relu"] [-n STEPS] [-w WARM]
 #                         [-i DATA] [--no-torch] [--torch-d48] [--socket] [--forms] [--sweep] [--links]
@@ -58,6 +58,7 @@ torchrun=${TORCHRUN:-torchrun}
 [ -n "${TRAINER:-}" ] || make -j"$(nproc)" train_gpt2_fp32 > /dev/null
 [ -e "$data" ] || make data > /dev/null
 have_smi=$(command -v nvidia-smi > /dev/null && echo 1 || echo 0)
+smi_id=$(scripts/visible_gpus.sh --ids | head -n 1)  # rank 0's GPU, whose memory nvidia-smi samples
 gpu=$([ "$have_smi" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 || echo "unknown GPU")
 if [ -z "$gpus" ]; then
   count=$(scripts/visible_gpus.sh)
@@ -90,7 +91,7 @@ step_ms() {
     for (i = 2; i <= NF; i++) if ($i ~ /^ *[0-9.]+ ms *$/) { sub(/ ms.*/, "", $i); sum += $i; n++; break } }
     END { if (n > 0) printf "%.2f\n", sum / n }' | grep . || field "$1" 'average step:'
 }
-# The max of GPU 0's memory.used samples (MiB) in GB, or - without samples.
+# The max of rank 0's GPU's memory.used samples (MiB) in GB, or - without samples.
 smi_gb() { awk '$1 ~ /^[0-9]+$/ && $1 > max { max = $1 } END { if (max == "") print "-"; else printf "%.3f", max * 1048576 / 1e9 }' "$1"; }
 batch_of() {
   case "$1" in d12|d24) echo 16 ;; d48) echo 8 ;; *) echo "error: no batch size for model $1 (d12, d24 or d48)" >&2; exit 1 ;; esac
@@ -107,7 +108,7 @@ ours() {
   B=$(batch_of "$model")
   gpu_flags=$([ "$G" = 1 ] || echo "--gpus $G")
   if [ "$have_smi" = 1 ]; then
-    nvidia-smi --id=0 --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 > "$logs/smi_$name.log" 2>&1 &
+    nvidia-smi --id="$smi_id" --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 > "$logs/smi_$name.log" 2>&1 &
     smi_pid=$!
   fi
   # shellcheck disable=SC2086  # gpu_flags: empty or two words

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # How many GPUs a CUDA program started from here can use: nvidia-smi lists every GPU of the machine,
 # CUDA_VISIBLE_DEVICES may show fewer (set but empty: none). Prints nothing without nvidia-smi.
+# --ids: the visible GPUs' ids for nvidia-smi --id instead, one a line, in CUDA's order (the
+# entries of CUDA_VISIBLE_DEVICES, else 0 to the count - 1).
 command -v nvidia-smi > /dev/null || exit 0
 count=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
 if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-  visible=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c .)
-  [ "$visible" -lt "$count" ] && count=$visible
+  ids=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep . | head -n "$count")
+else
+  ids=$(seq 0 $((count - 1)))
 fi
-echo "$count"
+if [ "${1:-}" = --ids ]; then [ -z "$ids" ] || echo "$ids"; else grep -c . <<< "$ids"; fi

@@ -33,14 +33,14 @@ faults() { SIGNAL_TRIALS=3 KILL_TRIALS=3 dev/test/test_faults.sh; }
 tensorboard_files() { dev/test/test_tensorboard.sh; }
 groups=(fixture_checks training_runs faults tensorboard_files)
 
-# The visible GPUs' indices as CUDA numbers them (0..count-1 under CUDA_VISIBLE_DEVICES too).
-count=$(scripts/visible_gpus.sh)
-count=${count:-0}
+# The visible GPUs, by their nvidia-smi ids (which CUDA_VISIBLE_DEVICES takes too).
+mapfile -t gpu_ids < <(scripts/visible_gpus.sh --ids)
+count=${#gpu_ids[@]}
 together=0
 if [ "$count" -gt 1 ]; then
   together=1
 elif [ "$count" = 1 ]; then
-  memory_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -n 1)
+  memory_mib=$(nvidia-smi --id="${gpu_ids[0]}" --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null)
   [ "${memory_mib:-0}" -lt 24000 ] || together=1
 fi
 logs=$(mktemp -d)
@@ -48,9 +48,7 @@ trap 'rm -rf "$logs"' EXIT
 # run_group I NAME: group NAME on GPU I % count, its output and time into $logs/NAME
 run_group() {
   local start=$SECONDS status=0 visible=
-  if [ "$count" -gt 1 ]; then
-    visible=$(tr ',' '\n' <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((count - 1)))}" | grep . | sed -n "$(($1 % count + 1))p")
-  fi
+  [ "$count" -lt 2 ] || visible=${gpu_ids[$(($1 % count))]}
   if [ -n "$visible" ]; then CUDA_VISIBLE_DEVICES=$visible "$2" > "$logs/$2" 2>&1 || status=$?
   else "$2" > "$logs/$2" 2>&1 || status=$?; fi
   echo "$2: $((SECONDS - start)) s$([ "$status" = 0 ] || echo ", FAILED (exit status $status)")" >> "$logs/$2"

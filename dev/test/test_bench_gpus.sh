@@ -112,10 +112,20 @@ check "an unknown argument: an error" fails_with "unknown argument --bogus" scri
 mkdir -p "$work/smi"
 printf '#!/bin/sh\nfor i in 0 1 2 3; do echo "GPU $i: Fake H100"; done\n' > "$work/smi/nvidia-smi"
 chmod +x "$work/smi/nvidia-smi"
-visible() { env "$@" PATH="$work/smi:$PATH" scripts/visible_gpus.sh; }
+# visible [VAR=VALUE | -u VAR]... [-- ARGS]: the script under that environment, with ARGS
+visible() {
+  local vars=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  [ $# = 0 ] || shift
+  env "${vars[@]}" PATH="$work/smi:$PATH" scripts/visible_gpus.sh "$@"
+}
 check "visible GPUs: 4 unset, 2 of CUDA_VISIBLE_DEVICES=0,2, 0 of an empty one, 4 of 0,1,2,3,4" eval \
   "test \"\$(visible -u CUDA_VISIBLE_DEVICES)\" = 4 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,2)\" = 2 &&
    test \"\$(visible CUDA_VISIBLE_DEVICES=)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,1,2,3,4)\" = 4"
+check "visible GPUs' ids: 0-3 unset, 2 and 0 of CUDA_VISIBLE_DEVICES=2,0, none of an empty one" eval \
+  "test \"\$(visible -u CUDA_VISIBLE_DEVICES -- --ids | tr '\n' ' ')\" = '0 1 2 3 ' &&
+   test \"\$(visible CUDA_VISIBLE_DEVICES=2,0 -- --ids | tr '\n' ' ')\" = '2 0 ' &&
+   test -z \"\$(visible CUDA_VISIBLE_DEVICES= -- --ids)\""
 check "visible GPUs: nothing without nvidia-smi" test -z "$(PATH=/nonexistent /bin/bash scripts/visible_gpus.sh)"
 
 echo "$passed passed, $failed failed"
