@@ -47,7 +47,7 @@ CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_la
              build/test_safetensors build/test_hf build/test_guards build/test_eval build/test_state_file \
              build/test_debug_state build/test_step_idle build/test_args \
              build/test_mfu build/test_logger build/test_checkpoint_dir build/test_fingerprint \
-             build/test_outputs build/test_prompt build/test_tensorboard
+             build/test_outputs build/test_prompt build/test_tensorboard build/test_overlap
 # build/tensorboard_demo writes a run's record with a resume for dev/test/test_tensorboard.sh.
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer \
             build/tensorboard_demo
@@ -125,6 +125,8 @@ test: all $(TRAIN_DATA)
 	build/test_fingerprint
 	build/test_outputs
 	build/test_prompt
+	build/test_overlap
+	dev/test/test_nccl_compat.sh
 	dev/test/test_bench_gpus.sh
 	dev/test/test_plot.sh
 	dev/test/gpu_tests.sh

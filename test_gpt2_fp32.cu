@@ -281,12 +281,12 @@ int main(int argc, char** argv) {
         gpt2_reset_loss(&model);
         for (int micro = 0; micro < r->micro_batches; micro++) {
             size_t rows = (size_t)micro * micro_B * st.T;
-            gpt2_begin_micro_step(&model, micro);
+            gpt2_begin_micro_step(&model, micro, micro == r->micro_batches - 1);
             if (step == 0 && micro == 1) { poison(model.micro_grads_memory); }
             gpt2_forward(&model, st.inputs.data() + rows, st.targets.data() + rows, micro_B, st.T,
                          1.0f / r->micro_batches, true);
             gpt2_backward(&model);
-            gpt2_end_micro_step(&model, micro == r->micro_batches - 1);
+            gpt2_end_micro_step(&model);
         }
         if (st.num_steps > 0) {
             gpt2_update(&model, learning_rate(r, step), r->beta1, r->beta2, r->eps, r->weight_decay, r->grad_clip, 0.0f);

@@ -23,7 +23,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
    7 Fused classifier          softmax, cross-entropy and the logits' gradient
    8 Sampling                  the next token on the device
    9 AdamW                     the update, the gradient norm and the update's guards
-  10 Data parallel             the ordered sums of ZeRO-1's moves (llmc/zero.h, llmc/comm.cuh)
+  10 Data parallel             DataParallel: ZeRO-1's moves (buckets, owners' ordered sums, the gather)
   11 Initialisation
   12 The model                 parameters (llmc/model_file.h's table), activations, forward, backward, update
   13 Generation                the prompt, then one position per step from a captured graph
@@ -59,6 +59,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include "llmc/mfu.h"            // defines: tf32_peak_tflops, the known GPUs' peaks for MFU
 #include "llmc/model_file.h"     // defines: ModelShape, AttentionKind, the parameter tensors' table, the model file
 #include "llmc/outlier.h"        // defines: OutlierWindow, the spike guard's z-score of the gradient norm
+#include "llmc/overlap.h"        // defines: --overlap's modes, overlap_choose (the rule of auto), Link
 #include "llmc/paths.h"          // defines: find_bundled_file (the vocabulary from any directory)
 #include "llmc/prompt.h"         // defines: encode_prompt (--prompt, --prompt-file as token ids)
 #include "llmc/run_shape.h"      // defines: RunShape (the flags that shape a run's numbers), learning_rate, Schedule
@@ -255,17 +256,13 @@ static void small_memsets_to_kernels(cudaGraph_t graph) {
     }
 }
 
-// Hand-offs between a pass that may be captured as a graph and streams outside it (the
-// communication stream): while capturing, the record or the wait becomes an external event node,
-// which the graph performs at each launch; outside a capture, an ordinary record or wait.
+// A pass that may be captured as a graph waits for a stream outside it (the parameters' arrival on
+// the communication stream): while capturing, the wait becomes an external event node, which the
+// graph performs at each launch; outside a capture, an ordinary wait.
 static bool capturing(cudaStream_t stream) {
     cudaStreamCaptureStatus status;
     cudaCheck(cudaStreamIsCapturing(stream, &status));
     return status == cudaStreamCaptureStatusActive;
-}
-
-static void record_for_outside(cudaEvent_t event, cudaStream_t stream) {
-    cudaCheck(cudaEventRecordWithFlags(event, stream, capturing(stream) ? cudaEventRecordExternal : cudaEventRecordDefault));
 }
 
 static void stream_waits_outside(cudaStream_t stream, cudaEvent_t event) {
@@ -3043,6 +3040,107 @@ __global__ void combine_shares_kernel(StepStats* stats, const float* shares, int
     stats->stop_requested = stop != 0.0f;
 }
 
+// The moves of a step, all on g_comm.stream, as a few entry points; with one rank each returns at
+// once, so the model's code reads as the one-GPU algorithm:
+//   dp_send_bucket   (--overlap on) during the backward pass, bucket k's gradients to their owners
+//                    as soon as both streams have written them (llmc/zero.h: a layer's, from the
+//                    top, then the rest); captured with the pass, so the GPU starts each move
+//   dp_reduce        in the update: the gradients not yet sent (all of them without the overlap),
+//                    then each owner's sum of its slice over the ranks, in rank order
+//   dp_gather        after the update: every rank receives the updated parameters; with the overlap,
+//                    bucket by bucket in the forward pass's order, each marked for the layer that
+//                    reads it (dp_wait_bucket), the embeddings' bucket waited for at once
+//   dp_join          the main stream waits for everything queued on g_comm.stream
+struct DataParallel {
+    bool overlap;  // --overlap: the buckets' moves beside the backward and the next forward pass
+    std::vector<std::vector<ZeroRange>> buckets;
+    std::vector<std::vector<ZeroMessage>> to_owners, from_owners;  // each bucket's messages
+    std::vector<ZeroMessage> all_to_owners;                         // every gradient's, without the overlap
+    std::vector<cudaEvent_t> gathered;  // bucket k's parameters have arrived (dp_gather)
+    float* received;        // the other ranks' gradients of this rank's slice: world - 1 slots of it
+    cudaEvent_t handoff;    // a stream's work so far, for g_comm.stream to wait for
+    cudaEvent_t joined;     // g_comm.stream's work so far, for the main stream
+};
+
+static void dp_init(DataParallel* dp, const size_t* param_sizes, size_t num_parameters, int layers,
+                    size_t chunks_per_rank) {
+    int world = g_comm.world;
+    *dp = DataParallel();
+    cudaCheck(cudaEventCreateWithFlags(&dp->handoff, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&dp->joined, cudaEventDisableTiming));
+    if (world == 1) { return; }
+    // the same size on every rank: the largest slice's
+    dp->received = (float*)device_malloc((world - 1) * chunks_per_rank * ZERO_CHUNK * sizeof(float),
+                                         "gradients from other ranks");
+    bool layered[NUM_PARAMETER_TENSORS];
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { layered[i] = PARAMETER_TENSORS[i].per_layer; }
+    dp->buckets = zero_gradient_buckets(param_sizes, layered, NUM_PARAMETER_TENSORS, layers);
+    for (const std::vector<ZeroRange>& bucket : dp->buckets) {
+        dp->to_owners.push_back(zero_messages(bucket, num_parameters, g_comm.rank, world, true, COMM_MESSAGE_FLOATS));
+        dp->from_owners.push_back(zero_messages(bucket, num_parameters, g_comm.rank, world, false, COMM_MESSAGE_FLOATS));
+    }
+    dp->all_to_owners = zero_messages({{0, num_parameters}}, num_parameters, g_comm.rank, world, true, COMM_MESSAGE_FLOATS);
+    dp->gathered.resize(dp->buckets.size());
+    for (cudaEvent_t& event : dp->gathered) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+}
+
+static void dp_free(DataParallel* dp) {
+    device_free(dp->received);
+    for (cudaEvent_t event : dp->gathered) { cudaCheck(cudaEventDestroy(event)); }
+    cudaCheck(cudaEventDestroy(dp->handoff));
+    cudaCheck(cudaEventDestroy(dp->joined));
+}
+
+// Whether the backward pass sends its buckets: with the overlap, on a step's last micro-step.
+static bool dp_sends_buckets(const DataParallel* dp, bool last_micro) { return g_comm.world > 1 && dp->overlap && last_micro; }
+
+// g_comm.stream waits for the work queued so far on `stream` (in a captured pass, this joins it to
+// the capture: the move becomes part of the graph).
+static void dp_comm_waits(DataParallel* dp, cudaStream_t stream) { stream_waits(g_comm.stream, stream, dp->handoff); }
+
+static void dp_join(DataParallel* dp) { stream_waits(0, g_comm.stream, dp->joined); }
+
+// Bucket k of grads moves to its owners once the streams queued so far have written it (the caller
+// has made g_comm.stream wait for them); earlier micro-steps' sum `earlier` (or nullptr) is first
+// added to it: the same additions, in the same order, as gpt2_end_micro_step's.
+static void dp_send_bucket(DataParallel* dp, size_t k, float* grads, const float* earlier) {
+    for (ZeroRange range : dp->buckets[k]) {
+        if (earlier != nullptr) { add_inplace(grads + range.begin, earlier + range.begin, range.end - range.begin, g_comm.stream); }
+    }
+    comm_post(&g_comm, dp->to_owners[k], grads, dp->received);
+}
+
+// The owner's slice [shard.begin, shard.end) of grads becomes the sum over the ranks.
+static void dp_reduce(DataParallel* dp, float* grads, const ZeroShard* shard) {
+    if (g_comm.world == 1) { return; }
+    dp_comm_waits(dp, 0);
+    if (!dp->overlap) { comm_post(&g_comm, dp->all_to_owners, grads, dp->received); }
+    size_t owned = shard->end - shard->begin;
+    if (owned > 0) { ordered_sum(grads + shard->begin, dp->received, owned, owned, &g_comm); }
+}
+
+// Every rank's params receive the owners' slices. Without the overlap, the caller joins before
+// reading them; with it, bucket by bucket (the last, with the embeddings, first), and the main
+// stream waits here for that first bucket only (wte's transpose reads it).
+static void dp_gather(DataParallel* dp, float* params, size_t chunks_per_rank) {
+    if (g_comm.world == 1) { return; }
+    dp_comm_waits(dp, 0);
+    if (!dp->overlap) {
+        comm_all_gather(&g_comm, params, chunks_per_rank * ZERO_CHUNK);
+        return;
+    }
+    for (size_t k = dp->buckets.size(); k-- > 0;) {
+        comm_post(&g_comm, dp->from_owners[k], params, params);
+        cudaCheck(cudaEventRecord(dp->gathered[k], g_comm.stream));
+    }
+    cudaCheck(cudaStreamWaitEvent(0, dp->gathered.back(), 0));
+}
+
+// The forward pass's main stream waits for bucket k's parameters (dp_gather, with the overlap).
+static void dp_wait_bucket(const DataParallel* dp, size_t k) {
+    if (g_comm.world > 1 && dp->overlap) { stream_waits_outside(0, dp->gathered[k]); }
+}
+
 // ----------------------------------------------------------------------------------------------
 // Initialisation: p[i] = mean + std * N(0, 1) from a counter-based generator keyed on (seed,
 // first_index + i), so the values do not depend on the launch shape and every run is identical.
@@ -3193,22 +3291,10 @@ struct GPT2 {
     ZeroShard shard;
     float* micro_grads_memory;  // a micro-step's gradients after the first (gpt2_begin_micro_step)
     int micro;                  // the micro-step in progress
-    float* received;       // the other ranks' gradients of this rank's slice: world - 1 slots of it
-    // With several ranks, each bucket of gradients (llmc/zero.h: a layer's, from the top, then the
-    // rest) moves to its owners as soon as the backward pass has written it, when both streams
-    // have passed its events (overlap_grads). With overlap_params, the updated parameters come back
-    // in the same buckets, the embeddings and the final layernorm first, then the layers from the
-    // bottom, and the next forward pass's layer l waits only for its own (gather_done).
-    // GPT2_OVERLAP: 0 neither, everything moves in the update (the default: on NVLink it measured
-    // fastest, README "Several GPUs"), 1 the gradients, 2 both.
-    bool overlap_grads, overlap_params;
-    std::vector<std::vector<ZeroRange>> grad_buckets;
-    std::vector<std::vector<ZeroMessage>> to_owners, from_owners;  // each bucket's messages (llmc/zero.h)
-    std::vector<ZeroMessage> all_to_owners;                         // every gradient's, GPT2_OVERLAP=0
-    std::vector<cudaEvent_t> bucket_main_done, bucket_side_done, gather_done;
+    bool last_micro;            // it is the step's last
+    DataParallel dp;            // the moves between ranks
     float* norm_partials;  // gradient norm: one sum of squares per chunk, world * chunks_per_rank
     float* loss_shares;    // the ranks' (loss, stop request) of a step, 2 * world
-    cudaEvent_t comm_joined;  // hand-offs between the main stream and g_comm.stream
     float* wte_t;                   // wte^T by vocabulary chunks (transpose_wte), for dlnf; rebuilt whenever
                                     // the parameters change (gpt2_transpose_wte)
     LayerWeightsT layer_weights_t[2];  // layer l's in slot l % 2 during the backward pass
@@ -3261,52 +3347,16 @@ static void validate_config(const ModelShape* c, const char* source) {
     }
 }
 
-// device_malloc for the buffers that NCCL moves (llmc/comm.cuh's comm_malloc), freed by comm_buffer_free.
-static float* comm_buffer(size_t bytes, const char* what) {
-    float* buffer = (float*)comm_malloc(&g_comm, bytes, what);
-    g_device_bytes += bytes;
-    g_device_allocations[buffer] = bytes;
-    return buffer;
-}
-
-static void comm_buffer_free(float* buffer) {
-    if (buffer == nullptr) { return; }
-    g_device_bytes -= g_device_allocations.at(buffer);
-    g_device_allocations.erase(buffer);
-    comm_mem_free(&g_comm, buffer);
-}
-
-// What the moves between ranks need: the slots where an owner receives the other ranks'
-// gradients of its slice, the buckets' events, the norm's partial sums, the loss shares.
+// What the moves between ranks need (the buckets, the owners' slots), the norm's partial sums,
+// the loss shares.
 static void gpt2_allocate_comm(GPT2* model) {
     int world = g_comm.world;
-    if (world > 1) {
-        // the same size on every rank (windows are registered collectively): the largest slice's
-        size_t slice = model->shard.chunks_per_rank * ZERO_CHUNK;
-        model->received = comm_buffer((world - 1) * slice * sizeof(float), "gradients from other ranks");
-        int level = env_int("GPT2_OVERLAP", 0, 2, 0);
-        model->overlap_grads = level >= 1;
-        model->overlap_params = level >= 2;
-        bool layered[NUM_PARAMETER_TENSORS];
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { layered[i] = PARAMETER_TENSORS[i].per_layer; }
-        model->grad_buckets = zero_gradient_buckets(model->param_sizes, layered, NUM_PARAMETER_TENSORS,
-                                                    model->config.num_layers);
-        size_t P = model->num_parameters;
-        for (const std::vector<ZeroRange>& bucket : model->grad_buckets) {
-            model->to_owners.push_back(zero_messages(bucket, P, g_comm.rank, world, true, COMM_MESSAGE_FLOATS));
-            model->from_owners.push_back(zero_messages(bucket, P, g_comm.rank, world, false, COMM_MESSAGE_FLOATS));
-        }
-        model->all_to_owners = zero_messages({{0, P}}, P, g_comm.rank, world, true, COMM_MESSAGE_FLOATS);
-        for (auto* events : {&model->bucket_main_done, &model->bucket_side_done, &model->gather_done}) {
-            events->resize(model->grad_buckets.size());
-            for (cudaEvent_t& event : *events) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
-        }
-    }
+    dp_init(&model->dp, model->param_sizes, model->num_parameters, model->config.num_layers,
+            model->shard.chunks_per_rank);
     size_t norm_partials = world * model->shard.chunks_per_rank;
     model->norm_partials = (float*)device_malloc(norm_partials * sizeof(float), "gradient norm partials");
     cudaCheck(cudaMemset(model->norm_partials, 0, norm_partials * sizeof(float)));
     model->loss_shares = (float*)device_malloc(2 * world * sizeof(float), "loss shares");
-    cudaCheck(cudaEventCreateWithFlags(&model->comm_joined, cudaEventDisableTiming));
 }
 
 // The step statistics start with no update applied and an empty spike window of `window` norms.
@@ -3335,8 +3385,8 @@ static void gpt2_allocate_parameters(GPT2* model, const ModelShape* config) {
     size_t bytes = model->num_parameters * sizeof(float);
     size_t owned_bytes = std::max<size_t>(model->shard.end - model->shard.begin, 4) * sizeof(float);
     size_t padded_bytes = g_comm.world * model->shard.chunks_per_rank * ZERO_CHUNK * sizeof(float);
-    model->params_memory = comm_buffer(padded_bytes, "parameters");
-    model->grads_memory = comm_buffer(bytes, "gradients");
+    model->params_memory = (float*)device_malloc(padded_bytes, "parameters");
+    model->grads_memory = (float*)device_malloc(bytes, "gradients");
     model->m_memory = (float*)device_malloc(owned_bytes, "AdamW first moments");
     model->v_memory = (float*)device_malloc(owned_bytes, "AdamW second moments");
     cudaCheck(cudaMemset(model->params_memory, 0, padded_bytes));
@@ -3550,14 +3600,11 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
     size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    auto parameters_arrived = [&](size_t bucket) {  // gpt2_gather_parameters
-        if (model->overlap_params) { stream_waits_outside(0, model->gather_done[bucket]); }
-    };
-    parameters_arrived(L);
+    dp_wait_bucket(&model->dp, L);
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, nullptr, B, T, C);
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
-        parameters_arrived(L - 1 - l);
+        dp_wait_bucket(&model->dp, L - 1 - l);
         float* qkv = a.qkv + l * 3 * btc;
         float* atty = a.atty + l * btc;
         float* fch = a.fch + l * 4 * btc;
@@ -3631,16 +3678,14 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
 
 static void gpt2_reset_loss(GPT2* model) { cudaCheck(cudaMemsetAsync(&model->stats->loss, 0, sizeof(float))); }
 
-// The main stream waits for the work queued so far on g_comm.stream.
-static void gpt2_join_comm(GPT2* model) { stream_waits(0, g_comm.stream, model->comm_joined); }
-
 // Micro-step `micro` of this rank's micro-steps of an optimizer step: the first writes the
 // gradients; each later one computes its gradients apart (micro_grads_memory) and
 // gpt2_end_micro_step adds them in one addition. So the sum is g0 + g1 + ... in micro-step
 // order, whatever the kernels add inside a micro-step: the sum the owners of a data-parallel run
 // form in rank order (gpt2_update).
-static void gpt2_begin_micro_step(GPT2* model, int micro) {
+static void gpt2_begin_micro_step(GPT2* model, int micro, bool last) {
     model->micro = micro;
+    model->last_micro = last;
     float* grads = model->grads_memory;
     if (micro > 0) {
         if (model->micro_grads_memory == nullptr) {
@@ -3652,30 +3697,10 @@ static void gpt2_begin_micro_step(GPT2* model, int micro) {
     point_parameters(&model->grads, grads, model->param_sizes);
 }
 
-// On a step's last micro-step with several ranks, each bucket of gradients moves to its owners on
-// g_comm.stream once the backward pass has written it, first added to the earlier micro-steps'
-// sum (micro > 0): the same additions, in the same order, as gpt2_end_micro_step's.
-static void gpt2_send_gradient_buckets(GPT2* model) {
-    const Comm* comm = &g_comm;
-    for (size_t k = 0; k < model->grad_buckets.size(); k++) {
-        cudaCheck(cudaStreamWaitEvent(comm->stream, model->bucket_main_done[k], 0));
-        cudaCheck(cudaStreamWaitEvent(comm->stream, model->bucket_side_done[k], 0));
-        for (ZeroRange range : model->grad_buckets[k]) {
-            if (model->micro > 0) {
-                add_inplace(model->grads_memory + range.begin, model->micro_grads_memory + range.begin,
-                            range.end - range.begin, comm->stream);
-            }
-        }
-        bool layer = k + 1 < model->grad_buckets.size();  // the last bucket's move is not overlapped
-        comm_post(comm, model->to_owners[k], model->grads_memory, model->received, layer);
-    }
-}
-
-// `last`: the step's last micro-step.
-static void gpt2_end_micro_step(GPT2* model, bool last) {
-    if (last && model->overlap_grads) {
-        gpt2_send_gradient_buckets(model);
-    } else if (model->micro > 0) {
+// Micro-steps after the first add their gradients to the sum, unless the backward pass sent them
+// (dp_send_bucket adds them there).
+static void gpt2_end_micro_step(GPT2* model) {
+    if (model->micro > 0 && !dp_sends_buckets(&model->dp, model->last_micro)) {
         add_inplace(model->grads_memory, model->micro_grads_memory, model->num_parameters, 0);
     }
 }
@@ -3721,11 +3746,14 @@ static void gpt2_backward_launches(GPT2* model) {
     };
     auto side_marks = [&](cudaEvent_t event) { cudaCheck(cudaEventRecord(event, side)); };
     auto main_waits_for = [&](cudaEvent_t event) { cudaCheck(cudaStreamWaitEvent(0, event, 0)); };
-    // bucket k's gradients are written on both streams (gpt2_send_gradient_buckets waits for these)
+    // bucket k's gradients are written on both streams: they move to their owners (the last bucket
+    // after the side stream has joined the main one); the pass ends joined to the moves
+    bool sends = dp_sends_buckets(&model->dp, model->last_micro);
     auto bucket_done = [&](size_t k) {
-        if (!model->overlap_grads) { return; }
-        record_for_outside(model->bucket_main_done[k], 0);
-        record_for_outside(model->bucket_side_done[k], k < (size_t)L ? side : 0);  // the last: side joined
+        if (!sends) { return; }
+        dp_comm_waits(&model->dp, 0);
+        if (k < (size_t)L) { dp_comm_waits(&model->dp, side); }
+        dp_send_bucket(&model->dp, k, model->grads_memory, model->micro > 0 ? model->micro_grads_memory : nullptr);
     };
 
     side_waits_for_main();
@@ -3792,6 +3820,7 @@ static void gpt2_backward_launches(GPT2* model) {
                      model->bucket_tokens, model->bucket_starts, model->bucket_positions, model->bucket_groups,
                      model->group_bounds, B, T, c->max_seq_len, C);  // dbt4c (4 B*T*C floats) holds the partials
     bucket_done(L);
+    if (sends) { dp_join(&model->dp); }
 }
 
 // Backward pass of the last forward (which must have computed the classifier's gradients, and
@@ -3800,25 +3829,14 @@ static void gpt2_backward_launches(GPT2* model) {
 static void gpt2_backward(GPT2* model) {
     if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
     model->grads_pending = false;
-    GraphKey key = {1, model->B, model->T, (int64_t)model->grads.wte, 0, 0};
+    GraphKey key = {1, model->B, model->T, (int64_t)model->grads.wte, dp_sends_buckets(&model->dp, model->last_micro), 0};
     model->graphs.run(key, [&] { gpt2_backward_launches(model); });
-}
-
-// Every rank gathers the updated parameters from their owners on g_comm.stream, bucket by bucket
-// in the order the forward pass reads them (the last gradient bucket, with the embeddings, first),
-// each bucket's arrival marked for the forward pass (gpt2_forward_layers) to wait for.
-static void gpt2_gather_parameters(GPT2* model) {
-    for (size_t k = model->grad_buckets.size(); k-- > 0;) {
-        bool layer = k + 1 < model->grad_buckets.size();  // the forward pass waits for the last bucket first
-        comm_post(&g_comm, model->from_owners[k], model->params_memory, model->params_memory, layer);
-        cudaCheck(cudaEventRecord(model->gather_done[k], g_comm.stream));
-    }
 }
 
 // The main stream waits for g_comm.stream; with marks (two timing events), records the wait.
 static void gpt2_wait_for_comm(GPT2* model, cudaEvent_t* marks) {
     if (marks != nullptr) { cudaCheck(cudaEventRecord(marks[0])); }
-    gpt2_join_comm(model);
+    dp_join(&model->dp);
     if (marks != nullptr) { cudaCheck(cudaEventRecord(marks[1])); }
 }
 
@@ -3830,9 +3848,9 @@ static void gpt2_share_step_stats(GPT2* model) {
     cudaCheck(cudaMemcpyAsync(own, &model->stats->loss, sizeof(float), cudaMemcpyDeviceToDevice));
     cudaCheck(cudaMemcpyAsync(own + 1, model->stop_request, sizeof(float), cudaMemcpyHostToDevice));
     if (comm->world > 1) {
-        stream_waits(comm->stream, 0, model->comm_joined);
+        dp_comm_waits(&model->dp, 0);
         comm_all_gather(comm, model->loss_shares, 2);
-        gpt2_join_comm(model);
+        dp_join(&model->dp);
     }
     combine_shares_kernel<<<1, 1>>>(model->stats, model->loss_shares, comm->world);
     cudaCheck(cudaGetLastError());
@@ -3840,33 +3858,25 @@ static void gpt2_share_step_stats(GPT2* model) {
 
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0),
 // or skipped when the loss or norm is not finite or the norm is a spike (spike_z > 0); the
-// decision and the norm stay on the device (gpt2_read_stats reads them). With several ranks (ZeRO-1),
-// each rank sends every other rank its gradients of that rank's slice (with GPT2_OVERLAP=1 or 2
-// they went bucket by bucket during the backward pass, gpt2_send_gradient_buckets), each owner sums
-// the ranks' gradients of its slice in rank order and updates its slice, then every rank gathers
-// all parameters (with GPT2_OVERLAP=2 bucket by bucket, while the next forward pass starts).
+// decision and the norm stay on the device (gpt2_read_stats reads them). With several ranks
+// (ZeRO-1), each owner sums the ranks' gradients of its slice (dp_reduce), the norm's partial sums
+// are shared, each rank updates its slice, and every rank gathers the parameters (dp_gather).
 // comm_marks: 6 timing events around the three waits for communication (the gradients, the
-// norm's partials, the parameters: with GPT2_OVERLAP=2, only the embeddings' bucket), or nullptr.
+// norm's partials, the parameters: with the overlap, only the embeddings' bucket), or nullptr.
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float max_norm, float spike_z, cudaEvent_t* comm_marks = nullptr) {
-    const Comm* comm = &g_comm;
     const ZeroShard* shard = &model->shard;
+    DataParallel* dp = &model->dp;
+    bool several = g_comm.world > 1;
     auto marks = [&](int wait) { return comm_marks != nullptr ? comm_marks + 2 * wait : nullptr; };
-    if (comm->world > 1) {
-        size_t owned = shard->end - shard->begin;
-        stream_waits(comm->stream, 0, model->comm_joined);
-        if (!model->overlap_grads) {
-            comm_post(comm, model->all_to_owners, model->grads_memory, model->received, false);
-        }
-        if (owned > 0) { ordered_sum(model->grads_memory + shard->begin, model->received, owned, owned, comm); }
-        gpt2_wait_for_comm(model, marks(0));
-    }
+    dp_reduce(dp, model->grads_memory, shard);
+    if (several) { gpt2_wait_for_comm(model, marks(0)); }
     gpt2_share_step_stats(model);
     grad_norm_partials(model->norm_partials, model->grads_memory, model->num_parameters, shard->first_chunk,
                        shard->end_chunk);
-    if (comm->world > 1) {
-        stream_waits(comm->stream, 0, model->comm_joined);
-        comm_all_gather(comm, model->norm_partials, shard->chunks_per_rank);
+    if (several) {
+        dp_comm_waits(dp, 0);
+        comm_all_gather(&g_comm, model->norm_partials, shard->chunks_per_rank);
         gpt2_wait_for_comm(model, marks(1));
     }
     grad_norm_finish(model->stats, model->norm_partials, shard->num_chunks, UpdateGuard{max_norm, spike_z, beta1, beta2});
@@ -3880,17 +3890,11 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
                                                     eps, weight_decay);
         cudaCheck(cudaGetLastError());
     }
-    if (comm->world > 1) {
-        stream_waits(comm->stream, 0, model->comm_joined);
-        if (model->overlap_params) {
-            gpt2_gather_parameters(model);
-            if (marks(2) != nullptr) { cudaCheck(cudaEventRecord(marks(2)[0])); }
-            cudaCheck(cudaStreamWaitEvent(0, model->gather_done.back(), 0));  // wte, for its transpose
-            if (marks(2) != nullptr) { cudaCheck(cudaEventRecord(marks(2)[1])); }
-        } else {
-            comm_all_gather(comm, model->params_memory, shard->chunks_per_rank * ZERO_CHUNK);
-            gpt2_wait_for_comm(model, marks(2));
-        }
+    if (several) {
+        if (marks(2) != nullptr) { cudaCheck(cudaEventRecord(marks(2)[0])); }
+        dp_gather(dp, model->params_memory, shard->chunks_per_rank);
+        if (!dp->overlap) { dp_join(dp); }
+        if (marks(2) != nullptr) { cudaCheck(cudaEventRecord(marks(2)[1])); }
     }
     gpt2_transpose_wte(model);
 }
@@ -3922,18 +3926,14 @@ static const StepStats* gpt2_wait_stats(const GPT2* model, int slot) {
 
 static void gpt2_free(GPT2* model) {
     model->graphs.clear();
-    for (float* buffer : {model->params_memory, model->grads_memory, model->received}) { comm_buffer_free(buffer); }
-    void* buffers[] = {model->m_memory, model->v_memory, model->micro_grads_memory, model->norm_partials,
+    dp_free(&model->dp);
+    void* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->micro_grads_memory, model->norm_partials,
                        model->loss_shares, model->acts_memory, model->reduce_partials, model->stats,
                        model->inputs, model->targets, model->num_buckets, model->bucket_tokens,
                        model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
                        model->group_counters, model->weights_t_memory, model->reduce_counters,
                        model->side_partials, model->side_counters};
     for (void* buffer : buffers) { device_free(buffer); }
-    for (auto* events : {&model->bucket_main_done, &model->bucket_side_done, &model->gather_done}) {
-        for (cudaEvent_t event : *events) { cudaCheck(cudaEventDestroy(event)); }
-    }
-    cudaCheck(cudaEventDestroy(model->comm_joined));
     for (cudaEvent_t event : {model->main_ready, model->dresidual_read, model->dqkv_t_read, model->mlp_grads_done,
                               model->weights_t_ready, model->grads_done}) {
         cudaCheck(cudaEventDestroy(event));
@@ -4391,6 +4391,7 @@ struct Run {
     RunLog log;          // rank 0's main.log and TensorBoard events (other ranks: none)
     int start_step;
     int micro_steps;     // this rank's micro-steps per optimizer step
+    OverlapChoice overlap;  // --overlap's decision (model.dp.overlap) and why
     int64_t val_rows;    // validation rows, split over the ranks (validation_loss)
     float peak_tflops;   // one GPU's, for MFU
     double flops_per_step;
@@ -4434,6 +4435,7 @@ static std::string run_config_table(const Run* run, int val_B) {
               g_comm.world, g_comm.world > 1 ? "s" : "");
     table_row(&table, "GPUs", "%d (%s)", g_comm.world,
               g_comm.world > 1 ? "NCCL, ZeRO-1 optimizer shards" : "one process");
+    table_row(&table, "overlap", "%s", run->overlap.why.c_str());
     table_row(&table, "batch per GPU", "B=%d T=%d x %d micro-steps", r->B, r->T, run->micro_steps);
     table_row(&table, "batch", "%d micro-batches = %lld tokens per step", r->micro_batches,
               (long long)args->total_batch_tokens);
@@ -4490,6 +4492,24 @@ static int run_init_data(Run* run) {
     return val_B;
 }
 
+// --overlap's decision (llmc/overlap.h), the same on every rank: the link is what NCCL will take
+// between the ranks' GPUs (a single visible GPU cannot tell peer access: NCCL finds it, so peer).
+static void run_choose_overlap(Run* run) {
+    int device, devices;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaGetDeviceCount(&devices));
+    bool peer_access = true;
+    for (int other = 0; other < devices; other++) {
+        int can = 1;
+        if (other != device) { cudaCheck(cudaDeviceCanAccessPeer(&can, device, other)); }
+        peer_access = peer_access && can;
+    }
+    Link link = overlap_link(comm_hosts(&g_comm), peer_access, getenv("NCCL_P2P_DISABLE"), getenv("NCCL_SHM_DISABLE"));
+    run->overlap = overlap_choose(run->args.overlap, g_comm.world, link);
+    comm_check_same(&g_comm, run->overlap.on, "the overlap decisions (--overlap)");
+    run->model.dp.overlap = run->overlap.on;
+}
+
 // Restores the checkpoint resumed from (nullptr: none), saying so in the console and main.log; a
 // -y 1 run that found none logs its start from scratch.
 static void run_restore(Run* run, const Checkpoint* resume) {
@@ -4530,6 +4550,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     if (r->T > c->max_seq_len) { fail("flag -t: sequence length %d exceeds the model's maxT %d", r->T, c->max_seq_len); }
 
     int val_B = run_init_data(run);
+    run_choose_overlap(run);
     tokenizer_init(&run->tokenizer, args->tokenizer.c_str());
     comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
@@ -4571,12 +4592,12 @@ static void run_step(Run* run, int step) {
     gpt2_reset_loss(model);
     for (int micro = 0; micro < run->micro_steps; micro++) {
         if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(&run->train_loader); }
-        gpt2_begin_micro_step(model, micro);
+        gpt2_begin_micro_step(model, micro, micro == run->micro_steps - 1);
         gpt2_forward(model, run->train_loader.inputs, run->train_loader.targets, r->B, r->T,
                      1.0f / r->micro_batches, true);
         cudaCheck(cudaEventRecord(marks[2 * micro + 1]));
         gpt2_backward(model);
-        gpt2_end_micro_step(model, micro == run->micro_steps - 1);
+        gpt2_end_micro_step(model);
         cudaCheck(cudaEventRecord(marks[2 * micro + 2]));
     }
     if (step == run->args.debug_nan_step) { cudaCheck(cudaMemsetAsync(model->grads_memory, 0xff, sizeof(float))); }
@@ -4653,7 +4674,7 @@ static void run_periodic(Run* run, int step, bool last_step) {
     bool eval_due = args->eval_path != nullptr && (last_step || (args->eval_every > 0 && step % args->eval_every == 0 && step > 0));
     if (!(checkpoint_due || val_due || sample_due || eval_due || last_step)) { return; }
     run_report(run);
-    gpt2_join_comm(model);  // all parameters are in, for the host and for the work below
+    dp_join(&model->dp);  // all parameters are in, for the host and for the work below
     bool timed = step > run->start_step && !last_step;  // between two steps that the step times span
     if (timed) { cudaCheck(cudaEventRecord(run->periodic_marks[0])); }
     if (checkpoint_due) {

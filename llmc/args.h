@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "llmc/outlier.h"
+#include "llmc/overlap.h"
 #include "llmc/paths.h"
 #include "llmc/run_shape.h"
 #include "llmc/utils.h"
@@ -61,6 +62,7 @@ struct TrainArgs {
     const char* output_dir = nullptr;        // -o: main.log and checkpoints
     std::string tokenizer;                   // --tokenizer (default: the bundled vocabulary)
     const char* rendezvous_dir = nullptr;    // --rendezvous-dir: meet through files there, not TCP
+    OverlapMode overlap = OVERLAP_AUTO;      // --overlap: moves between GPUs beside the passes (llmc/overlap.h)
     int64_t total_batch_tokens = 0;          // -d; 0: B*T*GPUs, no accumulation
     int val_every = 20, val_batches = 20, sample_every = 20, gen_tokens = 64;  // -v, -m, -s, -g
     int checkpoint_every = 0, checkpoint_keep = 0;                             // -n, -nk
@@ -127,6 +129,9 @@ static inline void args_print_usage(FILE* out) {
         "  --rendezvous-dir DIR  meet through files in DIR (a shared filesystem) instead of TCP at\n"
         "                        MASTER_ADDR:MASTER_PORT; ranks come from torchrun-style RANK/WORLD_SIZE,\n"
         "                        mpirun's OMPI_COMM_WORLD_* or srun's SLURM_* variables\n"
+        "  --overlap auto|on|off move gradients beside the backward pass and parameters beside the next\n"
+        "                        forward pass (on) or between the passes (off); auto decides from the\n"
+        "                        model's size and the link (default auto; bit-identical either way)\n"
         "evaluation, output, checkpoints\n"
         "  -v N        validation loss every N steps, 0 = never (default 20)\n"
         "  -m N        validation batches of B rows, as one GPU reads them (split over the GPUs by\n"
@@ -252,7 +257,8 @@ static inline std::vector<Flag> args_flags(TrainArgs* a) {
     return {
         {"-i", args_field(&a->train_pattern)}, {"-j", args_field(&a->val_pattern)}, {"-e", args_field(&a->model)},
         {"-o", args_field(&a->output_dir)}, {"--tokenizer", args_field(&a->tokenizer)},
-        {"--rendezvous-dir", args_field(&a->rendezvous_dir)}, {"-A", args_choice(&r->attention, ATTENTION_NAMES)},
+        {"--rendezvous-dir", args_field(&a->rendezvous_dir)}, {"--overlap", args_choice(&a->overlap, OVERLAP_NAMES)},
+        {"-A", args_choice(&r->attention, ATTENTION_NAMES)},
         {"--seed", args_field(&r->seed)}, {"-b", args_field(&r->B)}, {"-t", args_field(&r->T)},
         {"-d", args_field(&a->total_batch_tokens)}, {"-x", args_field(&r->max_steps)}, {"-l", args_field(&r->lr)},
         {"-u", args_field(&r->warmup_steps)}, {"-k", args_choice(&r->schedule, SCHEDULE_NAMES)},

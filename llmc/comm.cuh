@@ -7,9 +7,12 @@
 #include <cuda_runtime.h>
 #include <stdarg.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "llmc/fingerprint.h"
 #include "llmc/launch.h"
 #include "llmc/utils.h"
 #include "llmc/zero.h"
@@ -22,9 +25,9 @@ struct Comm {
     cudaStream_t stream;  // where the collectives and the gradient buckets' work run (nullptr: the main stream)
 #ifdef USE_NCCL
     ncclComm_t nccl;
-    ncclComm_t nccl_background;  // the same ranks with few CTAs, for moves that overlap computation
-                                 // (comm_post's background; nullptr: they use nccl)
 #endif
+    char* gather_buffer;  // device: comm_all_gather_to_host's, kept between calls (freed by comm_free)
+    size_t gather_bytes;
 };
 
 static Comm comm_single() {
@@ -51,75 +54,6 @@ static void nccl_check(ncclResult_t result, const char* file, int line) {
 #define ncclCheck(result) nccl_check((result), __FILE__, __LINE__)
 #endif
 
-#ifdef USE_NCCL
-// The communicator's use of the GPU, to measure how NCCL shares it with the backward pass that
-// the gradients' moves overlap (measured in docs/performance.md, "Several GPUs"):
-// GPT2_NCCL_CTA_POLICY=default|efficiency|zero and GPT2_NCCL_MAX_CTAS=N set ncclConfig_t's
-// CTAPolicy and maxCTAs; unset, NCCL chooses.
-static ncclConfig_t comm_config() {
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    if (const char* policy = getenv("GPT2_NCCL_CTA_POLICY")) {
-        const char* names[] = {"default", "efficiency", "zero"};
-        const int policies[] = {NCCL_CTA_POLICY_DEFAULT, NCCL_CTA_POLICY_EFFICIENCY, NCCL_CTA_POLICY_ZERO};
-        int i = 0;
-        while (i < 3 && strcmp(policy, names[i]) != 0) { i++; }
-        if (i == 3) { fail("GPT2_NCCL_CTA_POLICY=%s: must be default, efficiency or zero", policy); }
-        config.CTAPolicy = policies[i];
-    }
-    int max_ctas = env_int("GPT2_NCCL_MAX_CTAS", 1, 64, 0);
-    if (max_ctas > 0) { config.maxCTAs = max_ctas; }
-    return config;
-}
-#endif
-
-// The CTAs (thread blocks on the GPU's multiprocessors) that NCCL may use for the moves that
-// overlap computation, so that they take few multiprocessors from it: GPT2_NCCL_BACKGROUND_CTAS;
-// 0, the default, runs them like the others (fewer measured slower, docs/performance.md).
-static int comm_background_ctas() { return env_int("GPT2_NCCL_BACKGROUND_CTAS", 0, 64, 0); }
-
-// Whether the buffers that NCCL moves are registered as symmetric windows (GPT2_NCCL_WINDOWS=1),
-// which lets NCCL 2.28 move them with the copy engines under the zero-CTA policy.
-static bool comm_windows() { return env_int("GPT2_NCCL_WINDOWS", 0, 1, 0) == 1; }
-
-#ifdef USE_NCCL
-static std::vector<std::pair<void*, ncclWindow_t>> g_comm_windows;  // comm_malloc's registered buffers
-#endif
-
-// Device memory for a buffer that NCCL moves: with windows, NCCL's own allocation registered
-// with the communicator (every rank allocates the same sizes in the same order); else cudaMalloc.
-// Freed by comm_mem_free.
-static void* comm_malloc(const Comm* comm, size_t bytes, const char* what) {
-    void* ptr = nullptr;
-#ifdef USE_NCCL
-    if (comm->world > 1 && comm_windows()) {
-        ncclWindow_t window;
-        if (ncclMemAlloc(&ptr, bytes) != ncclSuccess) { fail("out of GPU memory for %s (%zu bytes, ncclMemAlloc)", what, bytes); }
-        ncclCheck(ncclCommWindowRegister(comm->nccl, ptr, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
-        g_comm_windows.push_back({ptr, window});
-        return ptr;
-    }
-#endif
-    (void)comm;
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
-        fail("out of GPU memory for %s (%.2f GB more): try a smaller -b or -t", what, bytes / 1e9);
-    }
-    return ptr;
-}
-
-static void comm_mem_free(const Comm* comm, void* ptr) {
-#ifdef USE_NCCL
-    for (size_t i = 0; i < g_comm_windows.size(); i++) {
-        if (g_comm_windows[i].first != ptr) { continue; }
-        ncclCheck(ncclCommWindowDeregister(comm->nccl, g_comm_windows[i].second));
-        ncclCheck(ncclMemFree(ptr));
-        g_comm_windows.erase(g_comm_windows.begin() + i);
-        return;
-    }
-#endif
-    (void)comm;
-    if (cudaFree(ptr) != cudaSuccess) { fail("cannot free a communication buffer"); }
-}
-
 // Joins the run that `me` describes (the CUDA device already chosen): the NCCL id goes from rank
 // 0 to the others through a TCP rendezvous at MASTER_ADDR:MASTER_PORT, or through files in
 // rendezvous_dir when it is given; then the connections watch that every rank stays alive.
@@ -145,13 +79,7 @@ static void comm_init(Comm* comm, const LaunchInfo* me, const char* rendezvous_d
         rendezvous_tcp(me, &id, sizeof(id), 300.0);
         liveness_start(nullptr);  // a rank that dies makes the others exit within seconds
     }
-    ncclConfig_t config = comm_config();
-    ncclCheck(ncclCommInitRankConfig(&comm->nccl, me->world, id, me->rank, &config));
-    int background_ctas = comm_background_ctas();
-    if (background_ctas > 0) {
-        config.maxCTAs = background_ctas;
-        ncclCheck(ncclCommSplit(comm->nccl, 0, me->rank, &comm->nccl_background, &config));
-    }
+    ncclCheck(ncclCommInitRank(&comm->nccl, me->world, id, me->rank));
 #endif
 }
 
@@ -206,13 +134,11 @@ static void comm_all_gather(const Comm* comm, float* buffer, size_t count) {
 constexpr size_t COMM_MESSAGE_FLOATS = (size_t)1 << 24;
 
 // Posts this rank's messages of a move (llmc/zero.h's zero_messages) as one NCCL group on
-// comm->stream: sends read from `source`, receives write into `dest`. background: a move that
-// overlaps computation, through the communicator with few CTAs.
-static void comm_post(const Comm* comm, const std::vector<ZeroMessage>& messages, const float* source, float* dest,
-                      bool background) {
+// comm->stream: sends read from `source`, receives write into `dest`.
+static void comm_post(const Comm* comm, const std::vector<ZeroMessage>& messages, const float* source, float* dest) {
     if (comm->world == 1 || messages.empty()) { return; }
 #ifdef USE_NCCL
-    ncclComm_t nccl = background && comm->nccl_background != nullptr ? comm->nccl_background : comm->nccl;
+    ncclComm_t nccl = comm->nccl;
     ncclCheck(ncclGroupStart());
     for (const ZeroMessage& m : messages) {
         if (m.send) {
@@ -223,7 +149,7 @@ static void comm_post(const Comm* comm, const std::vector<ZeroMessage>& messages
     }
     ncclCheck(ncclGroupEnd());
 #else
-    (void)source, (void)dest, (void)background;
+    (void)source, (void)dest;
 #endif
 }
 
@@ -260,15 +186,23 @@ static void comm_gather_slices(const Comm* comm, const float* slice, size_t num_
 
 #ifdef USE_NCCL
 // Every rank's `bytes` at `mine` to every rank's host, rank r's at all + r * bytes: an all-gather
-// through a device buffer, waited for; `what` names it in the error.
-static void comm_all_gather_to_host(const Comm* comm, const void* mine, void* all, size_t bytes, const char* what) {
-    char* device = nullptr;
-    if (cudaMalloc(&device, bytes * comm->world) != cudaSuccess) { fail("rank %d: out of GPU memory for %s", comm->rank, what); }
+// through comm's device buffer (grown when too small, so that repeated calls do not free device
+// memory, which synchronises the GPU), waited for; `what` names it in the error.
+static void comm_all_gather_to_host(Comm* comm, const void* mine, void* all, size_t bytes, const char* what) {
+    size_t total = bytes * comm->world;
+    if (total > comm->gather_bytes) {
+        cudaFree(comm->gather_buffer);
+        comm->gather_buffer = nullptr;
+        if (cudaMalloc(&comm->gather_buffer, total) != cudaSuccess) {
+            fail("rank %d: out of GPU memory for %s (%zu bytes)", comm->rank, what, total);
+        }
+        comm->gather_bytes = total;
+    }
+    char* device = comm->gather_buffer;
     bool ok = cudaMemcpy(device + comm->rank * bytes, mine, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
     ncclCheck(ncclAllGather(device + comm->rank * bytes, device, bytes, ncclChar, comm->nccl, comm->stream));
     ok = ok && cudaStreamSynchronize(comm->stream) == cudaSuccess &&
-         cudaMemcpy(all, device, bytes * comm->world, cudaMemcpyDeviceToHost) == cudaSuccess;
-    cudaFree(device);
+         cudaMemcpy(all, device, total, cudaMemcpyDeviceToHost) == cudaSuccess;
     if (!ok) { fail("rank %d: cannot share %s with the other ranks", comm->rank, what); }
 }
 #endif
@@ -276,7 +210,7 @@ static void comm_all_gather_to_host(const Comm* comm, const void* mine, void* al
 // values (n doubles, the same positions on every rank, each written by at most one rank and 0
 // on the others) become the sum over the ranks in rank order on every rank: exact, since all but
 // one term of each sum are zeros, and the doubles travel as raw bits.
-static void comm_sum_disjoint(const Comm* comm, double* values, size_t n) {
+static void comm_sum_disjoint(Comm* comm, double* values, size_t n) {
     if (comm->world == 1 || n == 0) { return; }
 #ifdef USE_NCCL
     std::vector<double> all(n * comm->world);
@@ -293,19 +227,38 @@ static void comm_sum_disjoint(const Comm* comm, double* values, size_t n) {
 
 // Fails on every rank, naming the first rank whose value differs from rank 0's (e.g. a hash of
 // the flags and data that shape the run); rank 0 prints the line, the others exit with it.
-static void comm_check_same(const Comm* comm, uint64_t value, const char* what) {
+static void comm_check_same(Comm* comm, uint64_t value, const char* what) {
     if (comm->world == 1) { return; }
 #ifdef USE_NCCL
     std::vector<uint64_t> values(comm->world);
     comm_all_gather_to_host(comm, &value, values.data(), sizeof(value), what);
     for (int r = 1; r < comm->world; r++) {
         if (values[r] == values[0]) { continue; }
-        if (comm->rank != 0) { sleep(10); }  // rank 0 reports it, and its failure ends this rank quietly
+        // rank 0 reports it; its failure ends the others quietly (the TCP rendezvous's watcher), or they
+        // leave quietly now (a file rendezvous has no watcher)
+        if (comm->rank != 0) {
+            if (!g_liveness.running) { exit(EXIT_FAILURE); }
+            sleep(10);
+        }
         fail("rank %d: %s differ from rank 0's (every rank must get the same)", r, what);
     }
 #else
     (void)value, (void)what;
 #endif
+}
+
+// The number of hosts the ranks run on (by host name).
+static int comm_hosts(Comm* comm) {
+    if (comm->world == 1) { return 1; }
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    uint64_t hash = fnv1a_bytes(FNV1A_OFFSET, name, strlen(name));
+    std::vector<uint64_t> hashes(comm->world, hash);
+#ifdef USE_NCCL
+    comm_all_gather_to_host(comm, &hash, hashes.data(), sizeof(hash), "host names");
+#endif
+    std::sort(hashes.begin(), hashes.end());
+    return (int)(std::unique(hashes.begin(), hashes.end()) - hashes.begin());
 }
 
 // A normal end: the peers are told this rank finished, then the communicator is released.
@@ -314,9 +267,9 @@ static void comm_free(Comm* comm) {
 #ifdef USE_NCCL
     if (comm->world > 1) {
         liveness_finish();
-        if (comm->nccl_background != nullptr) { ncclCommDestroy(comm->nccl_background); }
         ncclCommDestroy(comm->nccl);
     }
 #endif
+    cudaFree(comm->gather_buffer);
     cudaStreamDestroy(comm->stream);
 }

@@ -7,33 +7,33 @@
 # for rank 0's GPU during our run) and our tok/s / PyTorch's; then the issue's targets, met or missed; the
 # table last, in markdown.
 #   scripts/bench_gpus.sh [--gpus "1 2 4"] [-e "d12 d48"] [-k "softmax relu"] [-n STEPS] [-w WARM]
-#                         [-i DATA] [--no-torch] [--torch-d48] [--socket] [--forms] [--sweep] [--links]
+#                         [-i DATA] [--no-torch] [--torch-d48] [--socket] [--sweep] [--links] [--link-models "d12 d48"]
 # --gpus: d12 runs at each count, d48 at the first and the last (default: 1, 2, 4 as the machine
 # has them). Kinds: d12 runs softmax and ReLU, d48 softmax only; -k sets the kinds of every model;
-# -e "" runs no model rows (only --socket / --forms, with the 1-GPU baseline they need). -n steps
+# -e "" runs no model rows (only --socket / --sweep / --links, with the 1-GPU baselines they need). -n steps
 # per run (default 15), of which the first -w (default 3) are left out of the times on both sides
 # (ours: the mean of the printed step times after them). PyTorch DDP runs for d12 (and d48 with
 # --torch-d48); --no-torch: none.
+# The default rows run --overlap auto (the trainer's choice); the others name theirs.
 # --socket: 2 GPUs over NCCL's socket transport (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as between
-#   nodes), d12 B=16 softmax: one micro-step with GPT2_OVERLAP=1 and =0 (exposed communication with
+#   nodes), d12 B=16 softmax: one micro-step with --overlap on and off (exposed communication with
 #   the overlap against the whole transfer without it), and four micro-steps per GPU against 1 GPU
 #   with four micro-steps.
-# --forms: d12 B=16 softmax at the largest GPU count with each NCCL form: default; CTA policy
-#   efficiency; at most 4 and 8 CTAs; CTA policy zero with registered windows; GPT2_OVERLAP=1 and 2.
-# --sweep: the overlap forms at d24 B=16 and d48 B=8 on the largest GPU count: GPT2_OVERLAP=0, 1
-#   and 2 with NCCL's CTA count, and 1 with at most 8, 16 and 32 CTAs (with their 1-GPU baselines).
+# --sweep: --overlap off and on at d12 B=16, d24 B=16 and d48 B=8 on the largest GPU count (with
+#   their 1-GPU baselines).
 # --links: 2 GPUs over NCCL's host shared memory (NCCL_P2P_DISABLE=1: the order of an InfiniBand
 #   link) and sockets (NCCL_SHM_DISABLE=1 as well: Ethernet), each link's rate measured first
-#   (scripts/link_rate.py): d12 B=16 and d48 B=8 with GPT2_OVERLAP=0, 1 and 2 (d48 over sockets:
-#   0 and 2, 5 steps), and d12 at 4 and 8 micro-steps with GPT2_OVERLAP=0 and 2.
+#   (scripts/link_rate.py): the --link-models (default d12 B=16 and d48 B=8) with --overlap off and
+#   on (d48 over sockets: 5 steps), and d12 at 4 and 8 micro-steps with --overlap off and on.
 # Time on 4 H100s (estimated): the default bench about 6 minutes (ours: d12 ~7 s a run, d48 ~20 s;
-# most of it is PyTorch's compiles, ~15-45 s a run), --socket and --forms about 1 minute each.
+# most of it is PyTorch's compiles, ~15-45 s a run), --socket about 1 minute, --sweep 3.
 # Logs go to a temporary folder removed at the end, or to $BENCH_LOGS (kept) when set. TRAINER and
 # TORCHRUN replace ./train_gpt2_fp32 (then it is not built) and torchrun, to test this script
 # without a GPU (dev/test/test_bench_gpus.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-gpus=; models="d12 d48"; kinds=; steps=15; warm=3; torch=1; torch_d48=0; socket=0; forms=0; sweep=0; links=0
+gpus=; models="d12 d48"; kinds=; steps=15; warm=3; torch=1; torch_d48=0; socket=0; sweep=0; links=0
+link_models="d12 d48"
 data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,9 +46,9 @@ while [ $# -gt 0 ]; do
     --no-torch) torch=0; shift ;;
     --torch-d48) torch_d48=1; shift ;;
     --socket) socket=1; shift ;;
-    --forms) forms=1; shift ;;
     --sweep) sweep=1; shift ;;
     --links) links=1; shift ;;
+    --link-models) link_models=$2; shift 2 ;;
     *) echo "error: unknown argument $1 (see the header of $0)" >&2; exit 1 ;;
   esac
 done
@@ -99,11 +99,12 @@ batch_of() {
 
 declare -A base_ms torch_base_ms  # "model kind micro-steps" -> ms/step on 1 GPU
 rows=()  # model;kind;B;GPUs;micro-steps;form;ours ms;comm ms;ours GB;smi GB;torch ms;torch GB
-# ours NAME MODEL KIND G MICRO FORM [VAR=VALUE...]: one run of our trainer (environment VAR=VALUE),
-# and of PyTorch DDP with the same shape when $with_torch is 1 and the form is the default
+# ours NAME MODEL KIND G MICRO OVERLAP FORM [VAR=VALUE...]: one run of our trainer with --overlap
+# OVERLAP (environment VAR=VALUE), and of PyTorch DDP with the same shape when $with_torch is 1 and
+# the form is the default
 ours() {
-  local name=$1 model=$2 kind=$3 G=$4 micro=$5 form=$6
-  shift 6
+  local name=$1 model=$2 kind=$3 G=$4 micro=$5 overlap=$6 form=$7
+  shift 7
   local B gpu_flags smi=- ours_ms comm_ms ours_gb opt_gb passes torch_ms=- torch_gb=- flash
   B=$(batch_of "$model")
   gpu_flags=$([ "$G" = 1 ] || echo "--gpus $G")
@@ -113,7 +114,8 @@ ours() {
   fi
   # shellcheck disable=SC2086  # gpu_flags: empty or two words
   run_logged "our trainer ($model $kind, $G GPUs, $form)" "$logs/ours_$name.log" env "$@" "$trainer" $gpu_flags \
-    -e "$model" -A "$kind" -b "$B" -t 1024 -d $((B * 1024 * G * micro)) -x "$steps" -v 0 -s 0 -i "$data"
+    -e "$model" -A "$kind" -b "$B" -t 1024 -d $((B * 1024 * G * micro)) -x "$steps" -v 0 -s 0 -i "$data" \
+    --overlap "$overlap"
   if [ -n "$smi_pid" ]; then
     kill "$smi_pid" 2> /dev/null || true; wait "$smi_pid" 2> /dev/null || true; smi_pid=
     smi=$(smi_gb "$logs/smi_$name.log")
@@ -142,7 +144,7 @@ ours() {
 }
 # baseline MODEL KIND MICRO: the 1-GPU run that scaling needs, unless the model rows had it
 baseline() {
-  [ -n "${base_ms["$1 $2 $3"]:-}" ] || with_torch=0 ours "${1}_${2}_1_m$3" "$1" "$2" 1 "$3" default
+  [ -n "${base_ms["$1 $2 $3"]:-}" ] || with_torch=0 ours "${1}_${2}_1_m$3" "$1" "$2" 1 "$3" auto default
 }
 
 for model in $models; do
@@ -153,7 +155,7 @@ for model in $models; do
     *) batch_of "$model" > /dev/null; exit 1 ;;
   esac
   for kind in $model_kinds; do
-    for G in "${model_gpus[@]}"; do ours "${model}_${kind}_$G" "$model" "$kind" "$G" 1 default; done
+    for G in "${model_gpus[@]}"; do ours "${model}_${kind}_$G" "$model" "$kind" "$G" 1 auto default; done
   done
 done
 with_torch=0
@@ -161,27 +163,15 @@ if [ "$socket" = 1 ]; then
   baseline d12 softmax 1
   baseline d12 softmax 4
   sock=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
-  ours socket_overlap d12 softmax 2 1 "socket, GPT2_OVERLAP=1" "${sock[@]}" GPT2_OVERLAP=1
-  ours socket_no_overlap d12 softmax 2 1 "socket, GPT2_OVERLAP=0" "${sock[@]}" GPT2_OVERLAP=0
-  ours socket_micro4 d12 softmax 2 4 "socket" "${sock[@]}"
-fi
-if [ "$forms" = 1 ]; then
-  baseline d12 softmax 1
-  ours form_default d12 softmax "$max_gpus" 1 "NCCL default"
-  ours form_efficiency d12 softmax "$max_gpus" 1 "CTA_POLICY=efficiency" GPT2_NCCL_CTA_POLICY=efficiency
-  ours form_ctas4 d12 softmax "$max_gpus" 1 "MAX_CTAS=4" GPT2_NCCL_MAX_CTAS=4
-  ours form_ctas8 d12 softmax "$max_gpus" 1 "MAX_CTAS=8" GPT2_NCCL_MAX_CTAS=8
-  ours form_zero_windows d12 softmax "$max_gpus" 1 "CTA_POLICY=zero, WINDOWS=1" GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1
-  ours form_overlap1 d12 softmax "$max_gpus" 1 "GPT2_OVERLAP=1" GPT2_OVERLAP=1
-  ours form_overlap2 d12 softmax "$max_gpus" 1 "GPT2_OVERLAP=2" GPT2_OVERLAP=2
+  ours socket_overlap d12 softmax 2 1 on "socket, --overlap on" "${sock[@]}"
+  ours socket_no_overlap d12 softmax 2 1 off "socket, --overlap off" "${sock[@]}"
+  ours socket_micro4 d12 softmax 2 4 auto "socket" "${sock[@]}"
 fi
 if [ "$sweep" = 1 ]; then
-  for model in d24 d48; do
+  for model in d12 d24 d48; do
     baseline "$model" softmax 1
-    for form in "GPT2_OVERLAP=0" "GPT2_OVERLAP=1" "GPT2_OVERLAP=2" "GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=8" \
-                "GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=16" "GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=32"; do
-      # shellcheck disable=SC2086  # form: one or two VAR=VALUE words
-      ours "sweep_${model}_$(tr ' =' '__' <<< "$form")" "$model" softmax "$max_gpus" 1 "$form" $form
+    for overlap in off on; do
+      ours "sweep_${model}_$overlap" "$model" softmax "$max_gpus" 1 "$overlap" "--overlap $overlap"
     done
   done
 fi
@@ -192,22 +182,20 @@ if [ "$links" = 1 ]; then
     run_logged "link rate ($link)" "$logs/link_$link.log" env "${link_env[@]}" "$torchrun" --standalone \
       --nproc_per_node 2 scripts/link_rate.py
     echo "link $link: $(grep '^RESULT' "$logs/link_$link.log")"
-    for model in d12 d48; do
+    for model in $link_models; do
       baseline "$model" softmax 1
-      levels="0 1 2"
-      [ "$link $model" != "socket d48" ] || levels="0 2"
-      for level in $levels; do
+      for overlap in off on; do
         if [ "$link $model" = "socket d48" ]; then
-          steps=5 warm=2 ours "${link}_${model}_$level" "$model" softmax 2 1 "$link, GPT2_OVERLAP=$level" "${link_env[@]}" GPT2_OVERLAP=$level
+          steps=5 warm=2 ours "${link}_${model}_$overlap" "$model" softmax 2 1 "$overlap" "$link, --overlap $overlap" "${link_env[@]}"
         else
-          ours "${link}_${model}_$level" "$model" softmax 2 1 "$link, GPT2_OVERLAP=$level" "${link_env[@]}" GPT2_OVERLAP=$level
+          ours "${link}_${model}_$overlap" "$model" softmax 2 1 "$overlap" "$link, --overlap $overlap" "${link_env[@]}"
         fi
       done
     done
     for micro in 4 8; do
       baseline d12 softmax "$micro"
-      for level in 0 2; do
-        ours "${link}_micro${micro}_$level" d12 softmax 2 "$micro" "$link, GPT2_OVERLAP=$level" "${link_env[@]}" GPT2_OVERLAP=$level
+      for overlap in off on; do
+        ours "${link}_micro${micro}_$overlap" d12 softmax 2 "$micro" "$overlap" "$link, --overlap $overlap" "${link_env[@]}"
       done
     done
   done
@@ -251,9 +239,13 @@ for line in "${results[@]}"; do
       "$(awk -v s="$(ge "$scale" 98)" -v c="$comm_ms" 'BEGIN { print s == 1 && c != "-" && c + 0 <= 7 ? 1 : 0 }')"
   elif [ "$form" = socket ] && [ "$micro" = 4 ]; then
     target "socket, 2 GPUs x 4 micro-steps: scaling $scale% >= 90%" "$(ge "$scale" 90)"
-  elif [ "$form" = "socket, GPT2_OVERLAP=1" ]; then
-    off=$(printf '%s\n' "${results[@]}" | awk -F';' '$6 == "socket, GPT2_OVERLAP=0" { print $8 }')
-    target "socket, 2 GPUs, one micro-step: exposed communication $comm_ms ms <= half of the ${off:--} ms with GPT2_OVERLAP=0" \
+  elif [ "$form" = "shm, --overlap on" ] && [ "$model" = d48 ]; then
+    off=$(printf '%s\n' "${results[@]}" | awk -F';' '$6 == "shm, --overlap off" && $1 == "d48" { print $8 }')
+    target "d48, shared memory, 2 GPUs: exposed communication $comm_ms ms <= 40% of the ${off:--} ms with --overlap off" \
+      "$(awk -v a="$comm_ms" -v b="${off:--}" 'BEGIN { print a != "-" && b != "-" && a + 0 <= 0.4 * b ? 1 : 0 }')"
+  elif [ "$form" = "socket, --overlap on" ]; then
+    off=$(printf '%s\n' "${results[@]}" | awk -F';' '$6 == "socket, --overlap off" { print $8 }')
+    target "socket, 2 GPUs, one micro-step: exposed communication $comm_ms ms <= half of the ${off:--} ms with --overlap off" \
       "$(awk -v a="$comm_ms" -v b="${off:--}" 'BEGIN { print a != "-" && b != "-" && a + 0 <= b / 2 ? 1 : 0 }')"
   fi
 done

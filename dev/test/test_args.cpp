@@ -76,6 +76,9 @@ TEST(batch_and_optimisation_flags) {
     CHECK(r.weight_decay == 0.05f && r.beta1 == 0.8f && r.beta2 == 0.9f && r.eps == 1e-6f && r.grad_clip == 0.5f);
     CHECK(r.precision == 0 && r.overfit_single_batch == 1 && a.recompute == 1);
     CHECK(parse({"-k", "constant"}, &a) == "" && a.shape.schedule == SCHEDULE_CONSTANT);
+    CHECK(parse({}, &a) == "" && a.overlap == OVERLAP_AUTO);
+    CHECK(parse({"--overlap", "on"}, &a) == "" && a.overlap == OVERLAP_ON);
+    CHECK(parse({"--overlap", "off"}, &a) == "" && a.overlap == OVERLAP_OFF);
     CHECK(parse({"-b", "2", "-t", "8"}, &a, 3) == "" && a.total_batch_tokens == 48 && a.shape.micro_batches == 3);
     // -d and --seed past 32 bits
     CHECK(parse({"-b", "4", "-t", "1024", "-d", "4294967296"}, &a) == "" && a.total_batch_tokens == 4294967296LL &&
@@ -130,6 +133,7 @@ TEST(error_messages) {
         {{"-l", "inf"}, "flag -l: 'inf' is not a number"},
         {{"-A", "linear"}, "flag -A: 'linear' is not one of the choices (see -h)"},
         {{"-k", "step"}, "flag -k: 'step' is not one of the choices (see -h)"},
+        {{"--overlap", "1"}, "flag --overlap: '1' is not one of the choices (see -h)"},
         // the batch
         {{"-b", "0"}, "flag -b: batch size must be positive"},
         {{"-t", "-1"}, "flag -t: sequence length must be positive"},

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPU test of scripts/bench_gpus.sh with a fake trainer and a fake torchrun (TRAINER, TORCHRUN): the
-# rows it runs (model rows, --socket, --forms), the environment each form gets, the warm-up steps
+# rows it runs (model rows, --socket, --sweep), the --overlap and environment each gets, the warm-up steps
 # left out of our times, scaling against the 1-GPU run with as many micro-steps, the targets, the
 # markdown table, --no-torch, a failed run stopping the bench with its log, and the GPU count
 # (scripts/visible_gpus.sh).
@@ -12,28 +12,29 @@ trap 'rm -rf "$work"' EXIT
 : > "$work/data.bin"
 # The fake trainer: ms per step from the model, micro-steps, GPU count and transport; the first 3
 # steps 10x slower (the bench must leave them out); exposed communication from the transport and
-# GPT2_OVERLAP. It records the variables the bench sets (GPT2_*, NCCL_P2P_DISABLE, NCCL_SHM_DISABLE; a GPU
-# machine may set other NCCL_* ones) and its flags in $CALLS.
+# --overlap (off: 6 ms, on or auto: 2). It records the variables the bench sets (NCCL_P2P_DISABLE,
+# NCCL_SHM_DISABLE; a GPU machine may set other NCCL_* ones) and its --overlap in $CALLS.
 cat > "$work/trainer" << 'EOF'
 #!/usr/bin/env bash
-G=1 model=d12 B=0 d=0 steps=0
+G=1 model=d12 B=0 d=0 steps=0 overlap=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) G=$2; shift 2 ;; -e) model=$2; shift 2 ;; -b) B=$2; shift 2 ;; -d) d=$2; shift 2 ;;
+    --overlap) overlap=$2; shift 2 ;;
     -x) steps=$2; shift 2 ;; -A|-t|-v|-s|-i) shift 2 ;; *) echo "error: unknown flag $1"; exit 1 ;;
   esac
 done
 [ "${FAKE_FAIL:-}" = "$model $G" ] && { echo "error: out of memory"; exit 1; }
 micro=$((d / (B * 1024 * G)))
-echo "$model G=$G micro=$micro $(env | grep -E '^(GPT2_|NCCL_P2P_DISABLE=|NCCL_SHM_DISABLE=)' | sort | tr '\n' ' ')" >> "$CALLS"
+echo "$model G=$G micro=$micro overlap=$overlap $(env | grep -E '^(NCCL_P2P_DISABLE=|NCCL_SHM_DISABLE=)' | sort | tr '\n' ' ')" >> "$CALLS"
 base=$([ "$model" = d12 ] && echo 60 || echo 330)
 socket=$([ "${NCCL_P2P_DISABLE:-0}" = 1 ] && echo 1 || echo 0)
 comm=0
 if [ "$G" -gt 1 ]; then
-  comm=$([ "${GPT2_OVERLAP:-1}" = 1 ] && echo 2 || echo 6)
+  comm=$([ "$overlap" = off ] && echo 6 || echo 2)
   [ "$socket" = 0 ] || comm=$((comm * 5))
 fi
-ms=$(awk -v b="$base" -v m="$micro" -v c="$comm" -v extra="${GPT2_NCCL_MAX_CTAS:-0}" 'BEGIN { printf "%.2f", b * m * 1.0 + c + extra }')
+ms=$(awk -v b="$base" -v m="$micro" -v c="$comm" 'BEGIN { printf "%.2f", b * m * 1.0 + c }')
 echo "| optimizer memory | 0.498 GB |"
 for s in $(seq 1 "$steps"); do
   t=$([ "$s" -le 3 ] && awk -v m="$ms" 'BEGIN { printf "%.2f", m * 10 }' || echo "$ms")
@@ -77,28 +78,37 @@ check "targets: d12 scaling missed, ratio met; d48 at 4 met" eval \
    grep -q 'd48, 4 GPUs: scaling 99.4% >= 98%, exposed communication 2.00 ms <= 7: met' '$work/main.out'"
 check "the table is last" eval "tail -n 1 '$work/main.out' | grep -q '^| d48 | softmax | 8 | 4 |'"
 
-check "--socket --forms -e '' --no-torch --gpus '1 2': runs, exit 0" bench extra --socket --forms -e "" --no-torch --gpus "1 2"
+check "--socket --sweep -e '' --no-torch --gpus '1 2': runs, exit 0" bench extra --socket --sweep -e "" --no-torch --gpus "1 2"
 check "... no PyTorch run" eval "! grep -q '^torch' '$work/extra.calls'"
-check "... baselines: 1 GPU with 1 and with 4 micro-steps" eval \
-  "grep -q '^d12 G=1 micro=1 \$' '$work/extra.calls' && grep -q '^d12 G=1 micro=4 \$' '$work/extra.calls'"
-check "... socket rows: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE, GPT2_OVERLAP=1 and =0, 4 micro-steps" eval \
-  "grep -q '^d12 G=2 micro=1 GPT2_OVERLAP=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
-   grep -q '^d12 G=2 micro=1 GPT2_OVERLAP=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
-   grep -q '^d12 G=2 micro=4 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls'"
+check "... baselines: 1 GPU with 1 and with 4 micro-steps, --overlap auto" eval \
+  "grep -q '^d12 G=1 micro=1 overlap=auto \$' '$work/extra.calls' && grep -q '^d12 G=1 micro=4 overlap=auto \$' '$work/extra.calls'"
+check "... socket rows: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE, --overlap on and off, 4 micro-steps" eval \
+  "grep -q '^d12 G=2 micro=1 overlap=on NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
+   grep -q '^d12 G=2 micro=1 overlap=off NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
+   grep -q '^d12 G=2 micro=4 overlap=auto NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls'"
 # socket, 4 micro-steps: 4*60 + 10 = 250 ms against 240 on 1 GPU -> 96.0%
 check "... socket, 4 micro-steps: scaling against 1 GPU with 4 micro-steps" eval \
   "row extra 'd12 \| softmax \| 16 \| 2 \| 4 \| socket' | grep -qF '| 250.00 | 524288 | 96.0% | 10.00 |'"
 check "... socket targets: 4 micro-steps met; exposed 10 ms <= half of 30 ms met" eval \
   "grep -q 'socket, 2 GPUs x 4 micro-steps: scaling 96.0% >= 90%: met' '$work/extra.out' &&
-   grep -q 'exposed communication 10.00 ms <= half of the 30.00 ms with GPT2_OVERLAP=0: met' '$work/extra.out'"
-check "... forms: 7 rows at 2 GPUs with their variables" eval \
-  "test \$(grep -c '^d12 G=2 micro=1 \(GPT2_[A-Z_]*=[a-z0-9]* \)*\$' '$work/extra.calls') = 7 &&
-   grep -q 'GPT2_NCCL_CTA_POLICY=efficiency \$' '$work/extra.calls' && grep -q 'GPT2_NCCL_MAX_CTAS=4 \$' '$work/extra.calls' &&
-   grep -q 'GPT2_NCCL_MAX_CTAS=8 \$' '$work/extra.calls' &&
-   grep -q 'GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1 \$' '$work/extra.calls' &&
-   row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| MAX_CTAS=8' | grep -qF '| 70.00 |' &&
-   row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| GPT2_OVERLAP=1' | grep -qF '| 62.00 |' &&
-   row extra 'd12 \| softmax \| 16 \| 2 \| 1 \| GPT2_OVERLAP=2' | grep -qF '| 66.00 |'"
+   grep -q 'exposed communication 10.00 ms <= half of the 30.00 ms with --overlap off: met' '$work/extra.out'"
+check "... sweep: d12, d24, d48 at 2 GPUs with --overlap off and on, each with its 1-GPU baseline" eval \
+  "for m in d12 d24 d48; do grep -q \"^\$m G=1 micro=1 overlap=auto \\\$\" '$work/extra.calls' &&
+     grep -q \"^\$m G=2 micro=1 overlap=off \\\$\" '$work/extra.calls' &&
+     grep -q \"^\$m G=2 micro=1 overlap=on \\\$\" '$work/extra.calls' || exit 1; done &&
+   row extra 'd48 \| softmax \| 8 \| 2 \| 1 \| --overlap on' | grep -qF '| 332.00 |' &&
+   row extra 'd48 \| softmax \| 8 \| 2 \| 1 \| --overlap off' | grep -qF '| 336.00 |'"
+check "--links --link-models d48 -e '' --no-torch --gpus '1 2': runs, exit 0" bench links --links --link-models d48 -e "" --no-torch --gpus "1 2"
+check "... the link rates first (torchrun link_rate.py), d48 over each link with --overlap off and on" eval \
+  "test \$(grep -c 'link_rate.py' '$work/links.calls') = 2 &&
+   grep -q '^d48 G=2 micro=1 overlap=on NCCL_P2P_DISABLE=1 \$' '$work/links.calls' &&
+   grep -q '^d48 G=2 micro=1 overlap=off NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \$' '$work/links.calls' &&
+   ! grep -q '^d12 G=2 micro=1 ' '$work/links.calls'"
+check "... d12 at 4 and 8 micro-steps over each link, --overlap off and on" \
+  test "$(grep -cE '^d12 G=2 micro=(4|8) overlap=(on|off) ' "$work/links.calls")" = 8
+# shared memory, d48: 330 + 10 (on) against 330 + 30 (off): 10 <= 0.4 x 30
+check "... the shared-memory target: exposed with the overlap <= 40% of without" \
+  grep -q 'd48, shared memory, 2 GPUs: exposed communication 10.00 ms <= 40% of the 30.00 ms with --overlap off: met' "$work/links.out"
 
 fails() { ! "$@"; }
 check "a failed run: the bench exits non-zero with its log's tail" eval \

@@ -13,9 +13,10 @@
 #  - a missing data file or a bad flag: one line of error in all (no rank reports), non-zero.
 # At N = 2 only: over NCCL's socket transport (as between nodes); 2 GPUs x 2 micro-steps twice are
 # bit-identical; honest step times (1 GPU x 4 and 2 GPUs x 2 micro-steps); the launchers
-# (torchrun-style variables, torchrun, mpirun -np 2, the file rendezvous), with the NCCL and
-# overlap switches (GPT2_OVERLAP=1 and 2, GPT2_NCCL_*) keeping the bits; ranks given different flags or a
-# -d that does not divide stop at start; a peer killed without a supervisor.
+# (torchrun-style variables, torchrun, mpirun -np 2, the file rendezvous), with --overlap on, off
+# and auto keeping the bits; ranks given different flags or a -d that does not divide stop at start;
+# a peer killed without a supervisor. --overlap on (the moves beside the passes) at every N: the
+# ReLU runs, and 2 GPUs x 2 micro-steps (the sent buckets add the earlier micro-step first).
 # Takes about 2 minutes at 2 GPUs and 1.5 more at 4; prints the elapsed time at the end.
 # TRAINER replaces ./train_gpt2_fp32 and TEST_GPUS the GPU count (to test this script on a CPU).
 set -u
@@ -149,9 +150,12 @@ checks_at() {
   check "eval: report and accuracy on $N GPUs = on 1 GPU" \
     same_eval "$work/one_softmax_$N.log" "$work/report_one_$N.txt" "$work/gpus_softmax_$N.log" "$work/report_gpus_$N.txt"
   train "$work/one_relu_$N.log" $uneven -x 8 -d "$DR"
-  train "$work/gpus_relu_$N.log" $uneven -x 8 -d "$DR" --gpus "$N"
-  check "ReLU, B=3: $N GPUs = 1 GPU with $N micro-steps, bit for bit" \
+  train "$work/gpus_relu_$N.log" $uneven -x 8 -d "$DR" --gpus "$N" --overlap on
+  check "ReLU, B=3, --overlap on: $N GPUs = 1 GPU with $N micro-steps, bit for bit" \
     same_or_show "$work/one_relu_$N.log" "$work/gpus_relu_$N.log"
+  check "the configuration table says what --overlap chose and why" \
+    grep -qE '^\| overlap +\| on \(--overlap on\)' "$work/gpus_relu_$N.log"
+  check "... and auto says which link it saw" grep -qE '^\| overlap +\| (on|off) \(auto: ' "$work/gpus_softmax_$N.log"
   check "validation: 9 rows split over $N GPUs (the row says so), the val losses of 1 GPU" \
     split_rows "$N" "$work/one_relu_$N.log" "$work/gpus_relu_$N.log"
   local log
@@ -249,9 +253,9 @@ checks_at_2_only() {
   # 4 micro-steps on 1 GPU, 2 on each of 2 GPUs: honest step times; 2 x 2 twice: the same bits
   local timed="$flags -x 12 -v 0 -d 4096"
   train "$work/timed_one.log" $timed
-  train "$work/accum_a.log" $timed --gpus 2
-  train "$work/accum_b.log" $timed --gpus 2
-  check "2 GPUs x 2 micro-steps twice: bit for bit" same_numbers "$work/accum_a.log" "$work/accum_b.log"
+  train "$work/accum_a.log" $timed --gpus 2 --overlap off
+  train "$work/accum_b.log" $timed --gpus 2 --overlap on
+  check "2 GPUs x 2 micro-steps, --overlap off and on: bit for bit" same_numbers "$work/accum_a.log" "$work/accum_b.log"
   check "step times, 1 GPU x 4 micro-steps: within 10% of the median (4 in 5); summed = wall clock within 1%" \
     honest_times "$work/timed_one.log"
   check "step times, 2 GPUs x 2 micro-steps: within 10% of the median (4 in 5); summed = wall clock within 1%" \
@@ -259,18 +263,15 @@ checks_at_2_only() {
   check "2 GPUs: the exposed communication per step is printed" \
     grep -qE '^exposed communication: [0-9.]+ ms per step' "$work/accum_a.log"
 
-  # launchers, each with another NCCL or overlap switch: the switches must not change the bits
-  two_ranks "$work/torchrun.log" "GPT2_OVERLAP=1 GPT2_NCCL_BACKGROUND_CTAS=4 GPT2_NCCL_CTA_POLICY=zero GPT2_NCCL_WINDOWS=1" \
-    $flags $same
-  check "torchrun-style variables (gradients overlapped through 4 CTAs, CTA policy zero, windows): bit for bit" \
-    same_or_show "$one" "$work/torchrun.log"
-  two_ranks "$work/filerdv.log" "GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=4" $flags $same --rendezvous-dir "$work/rdv"
-  check "file rendezvous (GPT2_OVERLAP=1 GPT2_NCCL_MAX_CTAS=4): bit for bit" same_or_show "$one" "$work/filerdv.log"
+  # launchers, each with another --overlap: it must not change the bits
+  two_ranks "$work/torchrun.log" "" $flags $same --overlap on
+  check "torchrun-style variables (--overlap on): bit for bit" same_or_show "$one" "$work/torchrun.log"
+  two_ranks "$work/filerdv.log" "" $flags $same --rendezvous-dir "$work/rdv" --overlap off
+  check "file rendezvous (--overlap off): bit for bit" same_or_show "$one" "$work/filerdv.log"
   if command -v torchrun > /dev/null; then
-    GPT2_OVERLAP=2 GPT2_NCCL_CTA_POLICY=efficiency torchrun --standalone --nproc_per_node 2 --no-python "$trainer" \
-      $flags $same > "$work/torchrun_real.log" 2>&1
-    check "torchrun --nproc_per_node 2 (GPT2_OVERLAP=2 GPT2_NCCL_CTA_POLICY=efficiency): bit for bit" \
-      same_or_show "$one" "$work/torchrun_real.log"
+    torchrun --standalone --nproc_per_node 2 --no-python "$trainer" $flags $same --overlap on \
+      > "$work/torchrun_real.log" 2>&1
+    check "torchrun --nproc_per_node 2 (--overlap on): bit for bit" same_or_show "$one" "$work/torchrun_real.log"
   else
     echo "SKIPPED (no torchrun): torchrun --nproc_per_node 2"
   fi
@@ -285,6 +286,10 @@ checks_at_2_only() {
 
   next_port
   check "ranks with different flags stop at start" fails_with "rank 1: the flags, model or data differ from rank 0's" mismatched
+  check "file rendezvous, ranks with different flags: one error line (rank 0's), all stop within 9 s" mismatched_files
+  next_port
+  check "ranks with different --overlap stop at start" \
+    fails_with "rank 1: the overlap decisions (--overlap) differ from rank 0's" mismatched_overlap
   check "-d that does not divide over 2 GPUs: one error line" \
     errors_once "not a positive multiple of B*T*GPUs" "$trainer" $flags -x 4 -d 3072 -b 4 -t 256 --gpus 2
   check "a peer killed mid-run (no supervisor): rank 0 exits non-zero within 30 s" killed_peer
@@ -303,6 +308,23 @@ two_ranks() {  # two_ranks LOG EXTRA_ENV FLAGS...: rank 0 and 1 as torchrun woul
 mismatched() {  # rank 1 has another weight decay (the caller moves to the next port)
   RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 4 -d 2048 -c 0.2 > "$work/mismatch1.log" 2>&1 &
   RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 4 -d 2048 2>&1
+  local status=$?
+  wait
+  return $status
+}
+mismatched_files() {  # the same through a file rendezvous: one error line (rank 0's), within 9 s
+  local rdv="$work/rdv_mismatch" t0=$SECONDS
+  RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "$trainer" $flags -x 4 -d 2048 -c 0.2 --rendezvous-dir "$rdv" > "$work/mismatch_f1.log" 2>&1 &
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 "$trainer" $flags -x 4 -d 2048 --rendezvous-dir "$rdv" > "$work/mismatch_f0.log" 2>&1
+  local status0=$? status1
+  wait $!
+  status1=$?
+  [ "$status0" != 0 ] && [ "$status1" != 0 ] && [ $((SECONDS - t0)) -le 9 ] &&
+    [ "$(cat "$work/mismatch_f0.log" "$work/mismatch_f1.log" | grep -c 'differ from rank 0')" = 1 ]
+}
+mismatched_overlap() {  # rank 1 asks for --overlap off, rank 0 for on
+  RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 4 -d 2048 --overlap off > "$work/mismatch_o1.log" 2>&1 &
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 4 -d 2048 --overlap on 2>&1
   local status=$?
   wait
   return $status
