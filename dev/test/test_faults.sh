@@ -16,6 +16,9 @@
 #  - a flipped byte in the latest state file: resume falls back to the checkpoint before it;
 #  - a full disk (a file-size limit) while checkpointing: an error naming the file, the previous
 #    checkpoint kept, no temporary file left.
+# Three parts, each runnable alone (`test_faults.sh guards|signals|kills`; none: all): guards (NaN,
+# divergence, spike, bad weights, full disk), signals (SIGTERM, SIGINT), kills (kill -9, requeue,
+# orphan, flipped byte). Prints its time.
 set -u
 cd "$(dirname "$0")/../.."
 if ! nvidia-smi -L > /dev/null 2>&1; then
@@ -25,6 +28,9 @@ fi
 SIGNAL_TRIALS=${SIGNAL_TRIALS:-10}
 KILL_TRIALS=${KILL_TRIALS:-20}
 PARALLEL_TRIALS=${PARALLEL_TRIALS:-5}  # trials at once (each a d12 run of ~2 GB on the GPU, 1.5 GB checkpoints on disk)
+part=${1:-all}  # guards, signals or kills: one part (make test runs the three at once), else all
+case "$part" in guards|signals|kills|all) ;; *) echo "usage: $0 [guards|signals|kills]" >&2; exit 2 ;; esac
+want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 run="./train_gpt2_fp32 -e d12 -b 4 -t 64 -l 6e-4 -u 3 -c 0.1 -v 0 -s 0 --seed 7"
@@ -57,6 +63,7 @@ interrupt_at() {
   echo $?
 }
 
+if want guards; then
 # NaN gradients at step 5 (0-based): checkpoints after steps 5 and 6 hold the same weights and moments
 $run -x 7 -n 1 -o "$work/nan" --debug-nan-step 5 > "$work/nan.log" 2>&1
 check "NaN gradients: the run finishes" grep -q "^step     7/7" "$work/nan.log"
@@ -89,6 +96,14 @@ check "a NaN weight is refused, naming it" fails_with "wte[123] is not finite" $
 printf '\x01\x00\x00\x00' | dd of="$work/nan_weight.bin" bs=1 seek=36 conv=notrunc 2> /dev/null
 check "a corrupt model file is refused by its checksum" fails_with "the file is corrupt" $run -x 2 -e "$work/nan_weight.bin"
 
+# a full disk: a file-size limit below the size of a checkpoint
+status=$( (trap '' XFSZ; ulimit -f 300000; $run -x 6 -n 3 -o "$work/full" > "$work/full.log" 2>&1); echo $?)
+check "full disk: the run stops non-zero naming the file" \
+  test "$status" != 0 -a -n "$(grep 'error: writing .*full/.*_00000003.bin: File too large (the previous files are kept)' "$work/full.log")"
+check "full disk: no temporary file left" no_temp_files "$work/full"
+fi
+
+if want signals; then
 # SIGTERM at random steps, then resume: as the straight run
 $run -x 40 -n 10 -nk 1 -o "$work/straight" > "$work/straight.log" 2>&1
 signal_trial() {  # signal_trial N: prints "ok" when trial N's resumed run ends as the straight one
@@ -109,7 +124,9 @@ check "SIGTERM at $SIGNAL_TRIALS random steps: checkpoint, status 75, resume bit
 status=$(interrupt_at "$work/int.log" 5 INT $run -x 400 -o "$work/int")
 check "SIGINT stops with a checkpoint too" test "$status" = 75 -a -n "$(ls "$work"/int/model_*.bin 2> /dev/null)"
 rm -rf "$work/int"
+fi
 
+if want kills; then
 # kill -9 at random times while checkpointing (one every 3 steps), then resume
 $run -x 12 -n 3 -o "$work/kill_straight" > "$work/kill_straight.log" 2>&1
 kill_trial() {  # kill_trial N: prints "ok" when trial N's resumed run ends as the straight one, no temporary files left
@@ -168,12 +185,7 @@ check "flipped byte: resumed from step 9, bit-identical" \
 head -c 5000 "$work/flipped/state_00000012.bin" > "$work/short" && mv "$work/short" "$work/flipped/state_00000012.bin"
 for step in 3 6 9; do printf '\x5a' | dd of="$work/flipped/state_0000000$step.bin" bs=1 seek=2000 conv=notrunc 2> /dev/null; done
 check "no intact checkpoint: a clear error" fails_with "no intact checkpoint in" $run -x 12 -n 3 -o "$work/flipped" -y 1
+fi
 
-# a full disk: a file-size limit below the size of a checkpoint
-status=$( (trap '' XFSZ; ulimit -f 300000; $run -x 6 -n 3 -o "$work/full" > "$work/full.log" 2>&1); echo $?)
-check "full disk: the run stops non-zero naming the file" \
-  test "$status" != 0 -a -n "$(grep 'error: writing .*full/.*_00000003.bin: File too large (the previous files are kept)' "$work/full.log")"
-check "full disk: no temporary file left" no_temp_files "$work/full"
-
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed ($part: $SECONDS s)"
 [ "$failed" -eq 0 ]
