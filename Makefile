@@ -23,7 +23,8 @@ include gpu_arch.mk
 # tiny Shakespeare) from any directory (llmc/paths.h).
 SOURCE_DIR_DEFINE := -DGPT2FP32_SOURCE_DIR=\"$(CURDIR)\"
 CXXFLAGS := -O3 -std=c++17 -Wall -Wextra -I. -pthread $(SOURCE_DIR_DEFINE)
-NVCCFLAGS := -O3 -std=c++17 --default-stream per-thread $(GENCODE) -I. -Xcompiler -Wall,-Wextra,-pthread $(SOURCE_DIR_DEFINE)
+NVCC_COMMON := -O3 -std=c++17 --default-stream per-thread -I. -Xcompiler -Wall,-Wextra,-pthread $(SOURCE_DIR_DEFINE)
+NVCCFLAGS = $(NVCC_COMMON) $(GENCODE)
 NVCCLIBS := -lcublasLt -lcublas
 
 # NCCL for several GPUs: found in NCCL_HOME, the CUDA toolkit or /usr (NCCL=0 builds without it,
@@ -35,7 +36,7 @@ ifeq ($(NCCL),1)
   NCCL_LIB := $(firstword $(wildcard $(NCCL_DIR)/lib64/libnccl.so $(NCCL_DIR)/lib/libnccl.so \
                                      $(NCCL_DIR)/lib/x86_64-linux-gnu/libnccl.so $(NCCL_DIR)/lib/aarch64-linux-gnu/libnccl.so))
   ifneq ($(NCCL_LIB),)
-    NVCCFLAGS += -DUSE_NCCL -I$(NCCL_DIR)/include
+    NVCC_COMMON += -DUSE_NCCL -I$(NCCL_DIR)/include
     NVCCLIBS += -L$(dir $(NCCL_LIB)) -Xlinker -rpath=$(dir $(NCCL_LIB)) -lnccl
   endif
 endif
@@ -72,6 +73,17 @@ train_gpt2_fp32: train_gpt2_fp32.cu $(LLMC_HEADERS)
 
 test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCCLIBS)
+
+# The trainer and the test binary built as another target's PTX only, which the driver compiles at
+# start, so that this GPU runs that target's paths (the GPU tests' other_paths group builds them):
+# build/compute_75 the FP32-core paths of GPUs before Ampere, build/compute_80 TF32 mma.sync.
+build/compute_%/train_gpt2_fp32: train_gpt2_fp32.cu $(LLMC_HEADERS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_COMMON) -gencode arch=compute_$*,code=compute_$* $< -o $@ $(NVCCLIBS)
+
+build/compute_%/test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_COMMON) -gencode arch=compute_$*,code=compute_$* $< -o $@ $(NVCCLIBS)
 
 prepare_data: dev/data/prepare_data.cpp $(wildcard dev/data/*.h) $(LLMC_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@
@@ -129,6 +141,7 @@ test: all $(TRAIN_DATA)
 	dev/test/test_nccl_compat.sh
 	dev/test/test_bench_gpus.sh
 	dev/test/test_plot.sh
+	dev/test/test_arch_builds.sh
 	dev/test/gpu_tests.sh
 
 # The reference steps exercise gradient accumulation, clipping and a warmup + cosine schedule.
@@ -209,6 +222,10 @@ test-generate: train_gpt2_fp32
 
 bench-tokenizer: build/bench_tokenizer
 	build/bench_tokenizer
+
+# make print-VARIABLE shows a variable, e.g. print-GENCODE or print-NVCCFLAGS (dev/test/test_arch_builds.sh).
+print-%:
+	@echo '$($*)'
 
 nccl-info:
 	@echo "NCCL: $(if $(NCCL_LIB),$(NCCL_LIB) (several GPUs),not found (one GPU; NCCL_HOME=DIR to point at it))"

@@ -19,7 +19,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
    3 LayerNorm                 forward, backward, the transposed copies the products read
    4 GELU                      forward; its backward is fused into the fc layer's bias gradient (5)
    5 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, bias gradients
-   6 Attention                 flash attention forward and backward (mma.sync, wgmma), KV-cache decode
+   6 Attention                 flash attention forward and backward (wgmma, mma.sync, FP32 cores), KV-cache decode
    7 Fused classifier          softmax, cross-entropy and the logits' gradient
    8 Sampling                  the next token on the device
    9 AdamW                     the update, the gradient norm and the update's guards
@@ -145,26 +145,38 @@ static void device_free(void* ptr) {
 // (weights) before pdl_wait(), which every block calls before it reads its inputs or returns: it
 // waits until the earlier kernel has finished and its writes are visible, then lets the next
 // dependent kernel start (so at most one kernel runs ahead). Elsewhere both are plain launches.
-static bool g_pdl;  // the device has it (compute capability 9.0 or newer)
-// The GPU runs this build's sm_90a code: Hopper's warpgroup MMA (wgmma) for the flash forward.
-static bool g_wgmma;
+static bool g_pdl;  // the running code was built for 9.0 or newer (pdl_wait is empty in older builds' code)
 
-__global__ void sm90a_probe_kernel(int* built) {
+// The paths are chosen by the code the GPU runs, not only by the GPU: a build for compute_75 (PTX,
+// which the driver compiles for any newer GPU) takes the FP32-core paths on an H100 too, so that
+// every path is tested there. g_tf32_cores: the running code was built for 8.0 or newer (TF32
+// mma.sync, cp.async); g_wgmma: it is the sm_90a code (Hopper's warpgroup MMA for the flash forward).
+static bool g_tf32_cores, g_wgmma;
+// A block's shared memory on this device (its opt-in limit), or less under the test switch
+// GPT2_TEST_SHARED_KB (to run, on this GPU, the plans of GPUs with less: flash_plan).
+static size_t g_shared_limit;
+
+__global__ void built_code_probe_kernel(int* built) {
+#ifdef __CUDA_ARCH__
+    built[0] = __CUDA_ARCH__;
+#endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    *built = 1;
+    built[1] = 1;
 #else
-    *built = 0;
+    built[1] = 0;
 #endif
 }
 
-static bool runs_sm90a_code() {
-    int* built = (int*)device_malloc(sizeof(int), "sm_90a probe");
-    sm90a_probe_kernel<<<1, 1>>>(built);
+// The architecture the running code was built for (e.g. 750, 800, 900) and whether it is sm_90a's.
+static void probe_built_code(int* arch, bool* sm90a) {
+    int* built = (int*)device_malloc(2 * sizeof(int), "built code probe");
+    built_code_probe_kernel<<<1, 1>>>(built);
     cudaCheck(cudaGetLastError());
-    int value = 0;
-    cudaCheck(cudaMemcpy(&value, built, sizeof(int), cudaMemcpyDeviceToHost));
+    int values[2] = {};
+    cudaCheck(cudaMemcpy(values, built, sizeof(values), cudaMemcpyDeviceToHost));
     device_free(built);
-    return value == 1;
+    *arch = values[0];
+    *sm90a = values[1] == 1;
 }
 
 __device__ inline void pdl_wait() {
@@ -223,9 +235,15 @@ __global__ void memset_node_kernel(cudaMemsetParams p) {
 static std::vector<cudaGraphNode_t> graph_neighbours(cudaGraphNode_t node, bool incoming) {
     size_t count = 0;
     auto get = incoming ? cudaGraphNodeGetDependencies : cudaGraphNodeGetDependentNodes;
+#if CUDART_VERSION >= 13000  // CUDA 13 added the edges' data (nullptr: plain edges)
     cudaCheck(get(node, nullptr, nullptr, &count));
     std::vector<cudaGraphNode_t> nodes(count);
     if (count > 0) { cudaCheck(get(node, nodes.data(), nullptr, &count)); }
+#else
+    cudaCheck(get(node, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    if (count > 0) { cudaCheck(get(node, nodes.data(), &count)); }
+#endif
     return nodes;
 }
 
@@ -251,7 +269,11 @@ static void small_memsets_to_kernels(cudaGraph_t graph) {
         kernel.kernelParams = args;
         cudaGraphNode_t replacement;
         cudaCheck(cudaGraphAddKernelNode(&replacement, graph, before.data(), before.size(), &kernel));
+#if CUDART_VERSION >= 13000
         for (cudaGraphNode_t next : after) { cudaCheck(cudaGraphAddDependencies(graph, &replacement, &next, nullptr, 1)); }
+#else
+        for (cudaGraphNode_t next : after) { cudaCheck(cudaGraphAddDependencies(graph, &replacement, &next, 1)); }
+#endif
         cudaCheck(cudaGraphDestroyNode(node));
     }
 }
@@ -1369,6 +1391,7 @@ constexpr int FLASH_WARPS = 4;
 constexpr int FLASH_THREADS = 32 * FLASH_WARPS;
 constexpr int FLASH_ROWS = 16 * FLASH_WARPS;  // queries (forward, dQ) or keys (dK/dV) per CTA
 constexpr int FLASH_DQ_KEYS = 32;             // keys per tile of the dQ kernel
+constexpr int FLASH_SMALL_TILE = 16;  // dQ keys and dK/dV queries per tile where the above do not fit (flash_plan)
 
 // Keys per tile of the forward kernel, queries per tile of the dK/dV kernel, and the CTAs per
 // multiprocessor the register allocation must allow: chosen on an H200 for hs = 64, smaller for
@@ -1383,6 +1406,21 @@ __host__ __device__ constexpr int flash_dkdv_min_blocks(int hs, bool split) { re
 // registers; for hs = 128 those stay in shared memory and are re-read per tile.
 __host__ __device__ constexpr bool flash_holds_rows(int hs) { return hs <= 64; }
 
+// Each kernel's dynamic shared memory in bytes: the double-buffered tiles, and the tiles of the
+// rows not held in registers.
+// The backward kernels' outputs leave through shared memory too (store_columns: hs rows of
+// FLASH_STAGE_STRIDE), so theirs is at least that.
+constexpr int FLASH_STAGE_STRIDE = FLASH_ROWS + 4;  // float4-aligned, and fewer bank conflicts
+constexpr size_t flash_held_rows(int hs) { return flash_holds_rows(hs) ? 0 : 2 * FLASH_ROWS * hs; }
+constexpr size_t flash_forward_shared(int hs) { return 4 * flash_forward_keys(hs) * hs * sizeof(float); }
+constexpr size_t flash_backward_shared(int hs, size_t tiles) {
+    return std::max(tiles + flash_held_rows(hs), (size_t)hs * FLASH_STAGE_STRIDE) * sizeof(float);
+}
+constexpr size_t flash_dq_shared(int hs, int keys) { return flash_backward_shared(hs, 4 * keys * hs); }
+constexpr size_t flash_dkdv_shared(int hs, int queries) {
+    return flash_backward_shared(hs, 2 * (2 * queries * hs + 2 * queries));
+}
+
 // ----------------------------------------------------------------------------------------------
 // Tensor-core and copy primitives
 
@@ -1394,12 +1432,17 @@ __device__ __forceinline__ float tf32_round_for_mma(float x) { return __uint_as_
 template <bool SPLIT>
 __device__ __forceinline__ float tf32_operand(float x) { return SPLIT ? x : tf32_round_for_mma(x); }
 
+// TF32 mma.sync is sm_80's: code built for an older GPU never runs it (the launchers choose another path).
 __device__ __forceinline__ void mma_m16n8k8(float d[4], const float a[4], const float b[2]) {
+#if __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
           "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
+#else
+    __trap();
+#endif
 }
 
 // d += a * b; SPLIT: ~fp32 accuracy from three TF32 products, the small terms first.
@@ -1423,19 +1466,36 @@ __device__ __forceinline__ void mma_tf32(float d[4], const float a[4], const flo
     }
 }
 
-// 16 bytes global -> shared, bypassing L1; zero-filled when !valid.
+// 16 bytes global -> shared, bypassing L1; zero-filled when !valid. cp.async is sm_80's: built for an
+// older GPU, the copies are plain loads and stores, done when they return (commit and wait: no-ops).
 __device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+#if __CUDA_ARCH__ >= 800
     uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst_shared), "l"(src), "r"(valid ? 16 : 0));
+#else
+    *(float4*)dst = valid ? __ldcg((const float4*)src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#endif
 }
 
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
+#if __CUDA_ARCH__ >= 800
     uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst_shared), "l"(src), "r"(valid ? 4 : 0));
+#else
+    *dst = valid ? *src : 0.0f;
+#endif
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
 
 // ----------------------------------------------------------------------------------------------
 // Shared-memory tiles and fragments
@@ -1666,7 +1726,6 @@ __device__ void drain_columns(float* dst_t, size_t tokens, const float* stage, i
 // row_scale; a warp's at warp_row + transposed_row) go to stage[d][row], then to dst_t and
 // column_sums (drain_columns). stage: HS x FLASH_STAGE_STRIDE floats, free once the CTA is past its
 // last tile.
-constexpr int FLASH_STAGE_STRIDE = FLASH_ROWS + 4;  // float4-aligned, and fewer bank conflicts
 
 template <int HS>
 __device__ void store_columns(float* dst_t, size_t tokens, const float acc[HS / 16][2][4], const float row_scale[4],
@@ -1836,6 +1895,8 @@ constexpr int WG_GROUPS = 2;
 constexpr int WG_THREADS = 128 * WG_GROUPS;
 constexpr int WG_CTA_QUERIES = WG_QUERIES * WG_GROUPS;
 constexpr int WG_KEYS = 64;  // keys per tile: S's N, O's K
+// its dynamic shared memory: the queries' panels and two stages of K and V^T, + 1 KB for the alignment
+constexpr size_t flash_wgmma_shared(int hs) { return (WG_CTA_QUERIES * hs + 4 * WG_KEYS * hs) * sizeof(float) + 1024; }
 
 // Float offset of (row, col) in a panelled tile of `rows` rows.
 __device__ __forceinline__ int panel_offset(int row, int col, int rows) {
@@ -2148,11 +2209,11 @@ __device__ void row_statistics(float stat_a[2], float stat_b[2], float* delta_he
 
 // dQ: one CTA per 64 queries of a head, looping over key tiles up to the diagonal. Softmax also
 // computes delta for its rows (read by the dK/dV kernel, launched after).
-template <AttentionKind KIND, int HS, bool SPLIT>
+template <AttentionKind KIND, int HS, bool SPLIT, int KEYS>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT)) flash_backward_dq_kernel(
     float* dqkv_t, float* bias_partials, float* delta, const float* dout, const float* qkv, const float* out,
     const float* lse, int T, int NH) {
-    constexpr int KEYS = FLASH_DQ_KEYS, TILE = KEYS * HS;
+    constexpr int TILE = KEYS * HS;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of {K tile, V tile}, then (!HOLD) the Q and dO tiles
     cg::thread_block block = cg::this_thread_block();
@@ -2271,11 +2332,11 @@ __device__ __forceinline__ void dkdv_tile(float dk[HS / 16][2][4], float dv[HS /
 }
 
 // dK, dV: one CTA per 64 keys of a head, looping over query tiles from the diagonal to T.
-template <AttentionKind KIND, int HS, bool SPLIT>
+template <AttentionKind KIND, int HS, bool SPLIT, int QUERIES>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT)) flash_backward_dkdv_kernel(
     float* dqkv_t, float* bias_partials, const float* dout, const float* qkv, const float* lse, const float* delta,
     int T, int NH) {
-    constexpr int QUERIES = flash_dkdv_queries(HS, SPLIT), TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
+    constexpr int TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of load_query_stage, then (!HOLD) the K and V tiles
     cg::thread_block block = cg::this_thread_block();
@@ -2331,6 +2392,626 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT
 }
 
 // ----------------------------------------------------------------------------------------------
+// Flash attention on the FP32 cores: the path for GPUs before Ampere (compute capability 6.0 to 7.5:
+// P100, V100, T4), which have neither mma.sync nor cp.async. Plain fmaf products, both kinds, head
+// sizes 32, 64 and 128, any T; the inputs, outputs and scratch of flash_attention_forward and
+// flash_attention_backward (lse: the natural log of the sum of exp(score * scale) per query, as
+// the forward above writes it; ReLU writes no lse), so it can stand in for them.
+//
+// Layouts (row-major float32; global ones as in the section's header):
+//   shared tiles  [rows][W + 4] floats (W a multiple of 16; the 4 floats of padding shift each row
+//                 by one 16-byte chunk, fp32_offset). Row tiles [rows][hs] hold q, k, v or dout; the
+//                 P and dS tiles hold, per row of the streamed side, each thread's RA values side by
+//                 side (thread ta's at columns RA ta .. RA ta + RA - 1).
+// Work split, the register tiling of an SGEMM: a block owns ROWS rows (the forward and dQ kernels:
+// queries; dK/dV: keys) and loops over tiles of TILE rows of the other side. Thread tid is
+// (ta, tb) = (tid / 8, tid % 8), so the 8 threads of a row group are 8 consecutive lanes:
+//   scores (S = q k^T, dP = dout v^T; dK/dV: their transposes): an RA x RB block of dot products,
+//       rows ta + TA i (TA = threads / 8) of the block against rows tb + 8 j of the tile, over hs
+//       in float4 steps: RA + RB shared loads per 4 RA RB fmaf;
+//   sums (O += P v, dQ += dS k, dV += P^T dout, dK += dS^T q): the same RA rows times hs / 8
+//       dimensions, 4 (tb + 8 m) + e, summed over the tile's rows n: per n one RA-vector of P or dS
+//       and hs / 32 float4 of values. The padding makes every shared load of a warp conflict-free
+//       (4 or 8 consecutive rows at one chunk, or one row at distinct chunks) while keeping each
+//       thread's addresses affine in the loop counters (few address registers).
+// The forward's row maxima are three shuffles over a row group; P goes through shared memory to
+// the threads that own its rows' output dimensions.
+// Tiles wholly above the diagonal are skipped per block, diagonal tiles masked; the next tile is
+// loaded into registers during the sums and stored after them (single-buffered shared memory, at
+// most 48 KB per block for every head size: no opt-in, a P100's limit). The heaviest blocks start
+// first. dQ (with delta) and dK/dV come from two kernels that each recompute P, every output
+// element has one writer, and the bias gradient's partial sums are per FP32_PARTIAL_ROWS tokens,
+// summed in a fixed order: bit-identical results run to run.
+
+// A kernel's tiling: THREADS threads, each with RA rows of the block's side and RB rows of each
+// streamed tile; MIN_BLOCKS blocks per multiprocessor for the register allocation.
+struct Fp32Tiling {
+    int threads, ra, rb, min_blocks;
+    __host__ __device__ constexpr int rows() const { return threads / 8 * ra; }  // the block's rows
+    __host__ __device__ constexpr int tile() const { return 8 * rb; }             // a streamed tile's rows
+};
+
+// Chosen for hs = 64: 4 x 4 per thread where the tiles fit (8 shared loads per 64 fmaf), the dQ
+// kernel (q and dout rows both held) in 64 threads; hs = 128 halves the tiles to stay within 48 KB.
+__host__ __device__ constexpr Fp32Tiling fp32_forward_tiling(int hs) {
+    return hs <= 64 ? Fp32Tiling{128, 4, 4, 4} : Fp32Tiling{128, 2, 2, 4};
+}
+__host__ __device__ constexpr Fp32Tiling fp32_dq_tiling(int hs) {
+    return hs <= 32 ? Fp32Tiling{128, 4, 4, 4} : hs <= 64 ? Fp32Tiling{64, 4, 4, 5} : Fp32Tiling{64, 2, 2, 4};
+}
+__host__ __device__ constexpr Fp32Tiling fp32_dkdv_tiling(int hs) {
+    return hs <= 64 ? Fp32Tiling{128, 2, 4, 3} : Fp32Tiling{64, 2, 2, 4};
+}
+
+constexpr int FP32_PAD = 4;                       // floats of padding per tile row
+constexpr int FP32_SHARED_LIMIT = 48 * 1024 / 4;  // floats a block may use without opting in
+constexpr int FP32_PARTIAL_ROWS = 16;             // tokens per row of the bias gradient's partial sums
+
+// Shared memory (floats) per block: the forward's q rows, a K and a V tile and P^T; dQ's q and dout
+// rows, a K tile and a V tile that dS^T replaces once dP is done; dK/dV's k and v rows, a q and a
+// dout tile, P and dS, and two statistics per query of the tile.
+
+__host__ __device__ constexpr int fp32_forward_shared_floats(int hs) {
+    return (fp32_forward_tiling(hs).rows() + 2 * fp32_forward_tiling(hs).tile()) * (hs + FP32_PAD) +
+           fp32_forward_tiling(hs).tile() * (fp32_forward_tiling(hs).rows() + FP32_PAD);
+}
+__host__ __device__ constexpr int fp32_dq_shared_floats(int hs) {
+    return (2 * fp32_dq_tiling(hs).rows() + fp32_dq_tiling(hs).tile()) * (hs + FP32_PAD) +
+           fp32_dq_tiling(hs).tile() * (hs > fp32_dq_tiling(hs).rows() ? hs : fp32_dq_tiling(hs).rows()) +
+           fp32_dq_tiling(hs).tile() * FP32_PAD;
+}
+__host__ __device__ constexpr int fp32_dkdv_shared_floats(int hs) {
+    return 2 * (fp32_dkdv_tiling(hs).rows() + fp32_dkdv_tiling(hs).tile()) * (hs + FP32_PAD) +
+           2 * fp32_dkdv_tiling(hs).tile() * (fp32_dkdv_tiling(hs).rows() + FP32_PAD) + 2 * fp32_dkdv_tiling(hs).tile();
+}
+
+// Float offset of (row, col) in a [rows][W] tile, rows W + FP32_PAD floats apart.
+template <int W>
+__device__ __forceinline__ int fp32_offset(int row, int col) {
+    static_assert(W % 16 == 0, "a tile row is a multiple of four 16-byte chunks");
+    return row * (W + FP32_PAD) + col;
+}
+
+// N consecutive floats (N = 1, 2 or 4, aligned to N) from or to shared memory.
+template <int N>
+__device__ __forceinline__ void fp32_load_vector(float (&v)[N], const float* src) {
+    if constexpr (N == 4) {
+        float4 x = *(const float4*)src;
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else if constexpr (N == 2) {
+        float2 x = *(const float2*)src;
+        v[0] = x.x, v[1] = x.y;
+    } else {
+        v[0] = src[0];
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void fp32_store_vector(float* dst, const float (&v)[N]) {
+    if constexpr (N == 4) { *(float4*)dst = make_float4(v[0], v[1], v[2], v[3]); }
+    else if constexpr (N == 2) { *(float2*)dst = make_float2(v[0], v[1]); }
+    else { dst[0] = v[0]; }
+}
+
+// Rows [row0, row0 + ROWS) of one head's q, k, v or dout (rows row_stride floats apart; rows >= T
+// read as 0) in flight in registers: chunk THREADS k + tid of the rows' float4 chunks in row-major
+// order, so that a warp reads whole rows.
+template <int ROWS, int HS, int THREADS>
+struct Fp32Rows {
+    static constexpr int CHUNKS = HS / 4, COUNT = ROWS * CHUNKS / THREADS, ROW_STEP = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0 && ROWS % ROW_STEP == 0, "whole rows per pass");
+    float4 chunk[COUNT];
+};
+
+template <int ROWS, int HS, int THREADS>
+__device__ __forceinline__ void fp32_fetch_rows(Fp32Rows<ROWS, HS, THREADS>& rows, const float* head,
+                                                size_t row_stride, int row0, int T) {
+    using R = Fp32Rows<ROWS, HS, THREADS>;
+    int row = row0 + threadIdx.x / R::CHUNKS, col = 4 * (threadIdx.x % R::CHUNKS);
+#pragma unroll
+    for (int k = 0; k < R::COUNT; k++, row += R::ROW_STEP) {
+        rows.chunk[k] = row < T ? *(const float4*)(head + (size_t)row * row_stride + col)
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+template <int ROWS, int HS, int THREADS>
+__device__ __forceinline__ void fp32_store_rows(float* tile, const Fp32Rows<ROWS, HS, THREADS>& rows) {
+    using R = Fp32Rows<ROWS, HS, THREADS>;
+    int row = threadIdx.x / R::CHUNKS, col = 4 * (threadIdx.x % R::CHUNKS);
+#pragma unroll
+    for (int k = 0; k < R::COUNT; k++, row += R::ROW_STEP) {
+        *(float4*)(tile + fp32_offset<HS>(row, col)) = rows.chunk[k];
+    }
+}
+
+// Key tile key0's k and v rows into registers (q_head: the head's q columns; k and v follow C and 2C
+// floats later), fetched while the current tiles are in use.
+template <int KEYS, int HS, int THREADS>
+__device__ __forceinline__ void fp32_fetch_keys(Fp32Rows<KEYS, HS, THREADS>& k, Fp32Rows<KEYS, HS, THREADS>& v,
+                                                const float* q_head, int C, size_t row_stride, int key0, int T) {
+    fp32_fetch_rows(k, q_head + C, row_stride, key0, T);
+    fp32_fetch_rows(v, q_head + 2 * C, row_stride, key0, T);
+}
+
+// Rows straight into a tile (the first tiles, before the loop).
+template <int ROWS, int HS, int THREADS>
+__device__ void fp32_load_rows(float* tile, const float* head, size_t row_stride, int row0, int T) {
+    Fp32Rows<ROWS, HS, THREADS> rows;
+    fp32_fetch_rows(rows, head, row_stride, row0, T);
+    fp32_store_rows(tile, rows);
+}
+
+// acc[i][j] = row ta + A_STEP i of a_tile . row tb + 8 j of b_tile, over the HS columns (row tiles).
+// The column loop stays rolled: unrolled, the compiler hoists later steps' loads and spills; the
+// other warps of the multiprocessor hide a step's load latency.
+template <int RA, int RB, int A_STEP, int HS>
+__device__ __forceinline__ void fp32_scores(float (&acc)[RA][RB], const float* a_tile, const float* b_tile, int ta,
+                                            int tb) {
+#pragma unroll
+    for (int i = 0; i < RA; i++) {
+#pragma unroll
+        for (int j = 0; j < RB; j++) { acc[i][j] = 0.0f; }
+    }
+    const float* a_row = a_tile + fp32_offset<HS>(ta, 0);
+    const float* b_row = b_tile + fp32_offset<HS>(tb, 0);
+#pragma unroll 1
+    for (int col = 0; col < HS; col += 4, a_row += 4, b_row += 4) {
+        float4 a[RA], b[RB];
+#pragma unroll
+        for (int i = 0; i < RA; i++) { a[i] = *(const float4*)(a_row + fp32_offset<HS>(A_STEP * i, 0)); }
+#pragma unroll
+        for (int j = 0; j < RB; j++) { b[j] = *(const float4*)(b_row + fp32_offset<HS>(8 * j, 0)); }
+#pragma unroll
+        for (int i = 0; i < RA; i++) {
+#pragma unroll
+            for (int j = 0; j < RB; j++) {
+                acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
+                acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
+                acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
+                acc[i][j] = fmaf(a[i].w, b[j].w, acc[i][j]);
+            }
+        }
+    }
+}
+
+// Causal mask on a thread's scores: rows row + A_STEP i, columns col + 8 j, queries and keys or
+// (KEY_ROWS) keys and queries; pairs with key > query become `masked`.
+template <int RA, int RB, int A_STEP, bool KEY_ROWS>
+__device__ __forceinline__ void fp32_mask_causal(float (&s)[RA][RB], int row, int col, float masked) {
+#pragma unroll
+    for (int i = 0; i < RA; i++) {
+#pragma unroll
+        for (int j = 0; j < RB; j++) {
+            int r = row + A_STEP * i, c = col + 8 * j;
+            if (KEY_ROWS ? r > c : c > r) { s[i][j] = masked; }
+        }
+    }
+}
+
+// A thread's P or dS into an [RB * 8][XW] tile: x_tile[tb + 8 j][RA ta + i] = v[i][j].
+template <int RA, int RB, int XW>
+__device__ __forceinline__ void fp32_store_transposed(float* x_tile, const float (&v)[RA][RB], int ta, int tb) {
+#pragma unroll
+    for (int j = 0; j < RB; j++) {
+        float column[RA];
+#pragma unroll
+        for (int i = 0; i < RA; i++) { column[i] = v[i][j]; }
+        fp32_store_vector<RA>(x_tile + fp32_offset<XW>(tb + 8 * j, RA * ta), column);
+    }
+}
+
+// acc[i][4 m + e] += sum over the N tile rows n of x[n][RA ta + i] * v[n][4 (tb + 8 m) + e]: x an
+// [N][XW] tile of P or dS (fp32_store_transposed), v a row tile.
+template <int RA, int HS, int N, int XW>
+__device__ __forceinline__ void fp32_accumulate(float (&acc)[RA][HS / 8], const float* x_tile, const float* v_tile,
+                                                int ta, int tb) {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        float x[RA];
+        fp32_load_vector<RA>(x, x_tile + fp32_offset<XW>(n, RA * ta));
+#pragma unroll
+        for (int m = 0; m < HS / 32; m++) {
+            float4 v = *(const float4*)(v_tile + fp32_offset<HS>(n, 4 * (tb + 8 * m)));
+#pragma unroll
+            for (int i = 0; i < RA; i++) {
+                acc[i][4 * m + 0] = fmaf(x[i], v.x, acc[i][4 * m + 0]);
+                acc[i][4 * m + 1] = fmaf(x[i], v.y, acc[i][4 * m + 1]);
+                acc[i][4 * m + 2] = fmaf(x[i], v.z, acc[i][4 * m + 2]);
+                acc[i][4 * m + 3] = fmaf(x[i], v.w, acc[i][4 * m + 3]);
+            }
+        }
+    }
+}
+
+// Backward outputs transposed: the block's ROWS rows of acc (a thread's rows ta + TA i, dimensions
+// 4 (tb + 8 m) + e), each times factor, staged as stage[d][row] (HS x (ROWS + 1) floats, free:
+// every thread is past its last tile), then dimension d's rows to dst_t[d * tokens + row0 + row]
+// (rows >= T skipped) and, per FP32_PARTIAL_ROWS rows, their sum in row order to
+// partials[p * partial_stride + d].
+template <int RA, int HS, int THREADS>
+__device__ void fp32_store_columns(float* dst_t, size_t tokens, const float (&acc)[RA][HS / 8], float factor, int row0,
+                                   int T, float* partials, size_t partial_stride, float* stage, int ta, int tb) {
+    constexpr int TA = THREADS / 8, ROWS = TA * RA, STRIDE = ROWS + 1;  // odd: conflict-free staging
+    static_assert(ROWS % FP32_PARTIAL_ROWS == 0, "whole rows of partials per block");
+    cg::thread_block block = cg::this_thread_block();
+    block.sync();  // every thread is done with the tiles, or with a previous call's stage
+#pragma unroll
+    for (int i = 0; i < RA; i++) {
+#pragma unroll
+        for (int m = 0; m < HS / 32; m++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                stage[(4 * (tb + 8 * m) + e) * STRIDE + ta + TA * i] = acc[i][4 * m + e] * factor;
+            }
+        }
+    }
+    block.sync();
+    int rows = min(ROWS, T - row0);
+    for (int idx = threadIdx.x; idx < HS * ROWS; idx += THREADS) {
+        int d = idx / ROWS, row = idx % ROWS;
+        if (row < rows) { dst_t[(size_t)d * tokens + row0 + row] = stage[d * STRIDE + row]; }
+    }
+    for (int idx = threadIdx.x; idx < HS * (ROWS / FP32_PARTIAL_ROWS); idx += THREADS) {
+        int d = idx % HS, part = idx / HS, first = part * FP32_PARTIAL_ROWS;
+        if (first >= rows) { continue; }
+        int last = min(first + FP32_PARTIAL_ROWS, rows);
+        float sum = 0.0f;
+        for (int row = first; row < last; row++) { sum += stage[d * STRIDE + row]; }
+        partials[part * partial_stride + d] = sum;
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Forward: out = P v per block of queries, online softmax (a row's maximum over its 8 threads,
+// its sum kept per thread until the end) or ReLU.
+
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(fp32_forward_tiling(HS).threads, fp32_forward_tiling(HS).min_blocks)
+    flash_fp32_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH) {
+    constexpr Fp32Tiling TILING = fp32_forward_tiling(HS);
+    constexpr int THREADS = TILING.threads, RQ = TILING.ra, RK = TILING.rb, TQ = THREADS / 8;
+    constexpr int QUERIES = TILING.rows(), KEYS = TILING.tile(), DIMS = HS / 8;
+    static_assert(fp32_forward_shared_floats(HS) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
+    extern __shared__ float smem[];
+    constexpr int ROW = HS + FP32_PAD;       // floats per row of a row tile
+    float* q_tile = smem;                    // QUERIES x HS
+    float* k_tile = q_tile + QUERIES * ROW;  // KEYS x HS
+    float* v_tile = k_tile + KEYS * ROW;     // KEYS x HS
+    float* p_tile = v_tile + KEYS * ROW;     // P^T: KEYS x QUERIES
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int ta = threadIdx.x / 8, tb = threadIdx.x % 8;
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C;
+    int query0 = (gridDim.y - 1 - blockIdx.y) * QUERIES;  // the heaviest query blocks start first
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    int num_tiles = ceil_div(min(query0 + QUERIES, T), KEYS);
+    float scale = rsqrtf((float)HS), exp_scale = scale * LOG2E;
+
+    fp32_load_rows<QUERIES, HS, THREADS>(q_tile, q_head, row_stride, query0, T);
+    fp32_load_rows<KEYS, HS, THREADS>(k_tile, q_head + C, row_stride, 0, T);
+    fp32_load_rows<KEYS, HS, THREADS>(v_tile, q_head + 2 * C, row_stride, 0, T);
+    block.sync();
+    float o[RQ][DIMS] = {};
+    float row_max[RQ], row_sum[RQ];  // row_sum: this thread's keys only
+#pragma unroll
+    for (int i = 0; i < RQ; i++) { row_max[i] = -INFINITY, row_sum[i] = 0.0f; }
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        int key0 = tile * KEYS;
+        bool next = tile + 1 < num_tiles;
+        float s[RQ][RK];
+        fp32_scores<RQ, RK, TQ, HS>(s, q_tile, k_tile, ta, tb);
+        if (key0 + KEYS - 1 > query0) {
+            float masked = KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f;
+            fp32_mask_causal<RQ, RK, TQ, false>(s, query0 + ta, key0 + tb, masked);
+        }
+#pragma unroll
+        for (int i = 0; i < RQ; i++) {
+            if (KIND == ATTENTION_SOFTMAX) {  // every row saw key 0 in tile 0: the maxima are finite
+                float m = row_max[i];
+#pragma unroll
+                for (int j = 0; j < RK; j++) { m = fmaxf(m, s[i][j]); }
+                m = fmaxf(m, warp.shfl_xor(m, 1));
+                m = fmaxf(m, warp.shfl_xor(m, 2));
+                m = fmaxf(m, warp.shfl_xor(m, 4));
+                float correction = flash_exp<false>((row_max[i] - m) * exp_scale), offset = m * exp_scale, sum = 0.0f;
+                row_max[i] = m;
+#pragma unroll
+                for (int j = 0; j < RK; j++) {
+                    s[i][j] = flash_exp<false>(fmaf(s[i][j], exp_scale, -offset));
+                    sum += s[i][j];
+                }
+                row_sum[i] = row_sum[i] * correction + sum;
+#pragma unroll
+                for (int d = 0; d < DIMS; d++) { o[i][d] *= correction; }
+            } else {
+#pragma unroll
+                for (int j = 0; j < RK; j++) { s[i][j] = fmaxf(s[i][j] * scale, 0.0f); }
+            }
+        }
+        fp32_store_transposed<RQ, RK, QUERIES>(p_tile, s, ta, tb);
+        block.sync();  // P is in
+        Fp32Rows<KEYS, HS, THREADS> k_next, v_next;
+        if (next) { fp32_fetch_keys(k_next, v_next, q_head, C, row_stride, key0 + KEYS, T); }
+        fp32_accumulate<RQ, HS, KEYS, QUERIES>(o, p_tile, v_tile, ta, tb);
+        block.sync();  // every thread is done with K, V and P
+        if (next) {
+            fp32_store_rows(k_tile, k_next);
+            fp32_store_rows(v_tile, v_next);
+            block.sync();
+        }
+    }
+
+    float row_scale[RQ];
+#pragma unroll
+    for (int i = 0; i < RQ; i++) {
+        int row = query0 + ta + TQ * i;
+        if (KIND == ATTENTION_SOFTMAX) {
+            float sum = row_sum[i];
+            sum += warp.shfl_xor(sum, 1);
+            sum += warp.shfl_xor(sum, 2);
+            sum += warp.shfl_xor(sum, 4);
+            row_scale[i] = 1.0f / sum;
+            if (tb == 0 && row < T) { lse[(b * NH + h) * T + row] = row_max[i] * scale + logf(sum); }
+        } else {
+            row_scale[i] = 1.0f / (row + 1);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RQ; i++) {
+        int row = query0 + ta + TQ * i;
+        if (row >= T) { continue; }
+        float* out_row = out + (b * T + row) * C + h * HS;
+#pragma unroll
+        for (int m = 0; m < HS / 32; m++) {
+            float4 y = make_float4(o[i][4 * m], o[i][4 * m + 1], o[i][4 * m + 2], o[i][4 * m + 3]);
+            *(float4*)(out_row + 4 * (tb + 8 * m)) = y * row_scale[i];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Backward (see "Backward" above for P, dP and dS): the dQ kernel per block of queries over the
+// key tiles up to the diagonal, also writing delta; the dK/dV kernel per block of keys over the
+// query tiles from the diagonal to T.
+
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(fp32_dq_tiling(HS).threads, fp32_dq_tiling(HS).min_blocks)
+    flash_fp32_dq_kernel(float* dqkv_t, float* bias_partials, float* delta, const float* dout, const float* qkv,
+                         const float* out, const float* lse, int T, int NH) {
+    constexpr Fp32Tiling TILING = fp32_dq_tiling(HS);
+    constexpr int THREADS = TILING.threads, RQ = TILING.ra, RK = TILING.rb, TQ = THREADS / 8;
+    constexpr int QUERIES = TILING.rows(), KEYS = TILING.tile(), DIMS = HS / 8;
+    static_assert(fp32_dq_shared_floats(HS) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
+    static_assert(HS * (QUERIES + 1) <= fp32_dq_shared_floats(HS), "the output stage fits");
+    extern __shared__ float smem[];
+    constexpr int ROW = HS + FP32_PAD;         // floats per row of a row tile
+    float* q_tile = smem;                      // QUERIES x HS
+    float* do_tile = q_tile + QUERIES * ROW;   // QUERIES x HS
+    float* k_tile = do_tile + QUERIES * ROW;   // KEYS x HS
+    float* v_tile = k_tile + KEYS * ROW;       // KEYS x HS, until dP is done
+    float* ds_tile = v_tile;                   // then dS^T: KEYS x QUERIES
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int ta = threadIdx.x / 8, tb = threadIdx.x % 8;
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C, head_rows = (b * NH + h) * T;
+    int query0 = (gridDim.y - 1 - blockIdx.y) * QUERIES;  // the heaviest query blocks start first
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    const float* do_head = dout + b * T * C + h * HS;
+    const float* out_head = out + b * T * C + h * HS;
+    int num_tiles = ceil_div(min(query0 + QUERIES, T), KEYS);
+    float scale = rsqrtf((float)HS), exp_scale = scale * LOG2E;
+
+    fp32_load_rows<QUERIES, HS, THREADS>(q_tile, q_head, row_stride, query0, T);
+    fp32_load_rows<QUERIES, HS, THREADS>(do_tile, do_head, C, query0, T);
+    fp32_load_rows<KEYS, HS, THREADS>(k_tile, q_head + C, row_stride, 0, T);
+    fp32_load_rows<KEYS, HS, THREADS>(v_tile, q_head + 2 * C, row_stride, 0, T);
+    // The statistics of the thread's rows for probability_and_gradient: softmax, stat_a the
+    // log-sum-exp in exponent units and stat_b delta = dout . out (a row's 8 threads sum their
+    // dimensions'; written for the dK/dV kernel); ReLU, stat_a 1/(t+1). Rows >= T: 0.
+    float stat_a[RQ], stat_b[RQ];
+#pragma unroll
+    for (int i = 0; i < RQ; i++) {
+        int row = query0 + ta + TQ * i;
+        stat_b[i] = 0.0f;
+        if (KIND == ATTENTION_SOFTMAX) {
+            float sum = 0.0f;
+            if (row < T) {
+#pragma unroll
+                for (int m = 0; m < HS / 32; m++) {
+                    float4 d = *(const float4*)(do_head + (size_t)row * C + 4 * (tb + 8 * m));
+                    float4 y = *(const float4*)(out_head + (size_t)row * C + 4 * (tb + 8 * m));
+                    sum += sum4(d * y);
+                }
+            }
+            sum += warp.shfl_xor(sum, 1);
+            sum += warp.shfl_xor(sum, 2);
+            sum += warp.shfl_xor(sum, 4);
+            if (tb == 0 && row < T) { delta[head_rows + row] = sum; }
+            stat_b[i] = sum;
+            stat_a[i] = row < T ? lse[head_rows + row] * LOG2E : 0.0f;
+        } else {
+            stat_a[i] = 1.0f / (row + 1);
+        }
+    }
+    block.sync();
+    float dq[RQ][DIMS] = {};
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        int key0 = tile * KEYS;
+        bool next = tile + 1 < num_tiles;
+        float s[RQ][RK], dp[RQ][RK];
+        fp32_scores<RQ, RK, TQ, HS>(s, q_tile, k_tile, ta, tb);
+        if (key0 + KEYS - 1 > query0) {
+            float masked = KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f;
+            fp32_mask_causal<RQ, RK, TQ, false>(s, query0 + ta, key0 + tb, masked);
+        }
+        fp32_scores<RQ, RK, TQ, HS>(dp, do_tile, v_tile, ta, tb);
+#pragma unroll
+        for (int i = 0; i < RQ; i++) {
+#pragma unroll
+            for (int j = 0; j < RK; j++) {
+                probability_and_gradient<KIND, false>(s[i][j], dp[i][j], scale, exp_scale, stat_a[i], stat_b[i]);
+            }
+        }
+        block.sync();  // every thread is done with V
+        fp32_store_transposed<RQ, RK, QUERIES>(ds_tile, dp, ta, tb);
+        block.sync();  // dS is in
+        Fp32Rows<KEYS, HS, THREADS> k_next, v_next;
+        if (next) { fp32_fetch_keys(k_next, v_next, q_head, C, row_stride, key0 + KEYS, T); }
+        fp32_accumulate<RQ, HS, KEYS, QUERIES>(dq, ds_tile, k_tile, ta, tb);
+        block.sync();  // every thread is done with K and dS
+        if (next) {
+            fp32_store_rows(k_tile, k_next);
+            fp32_store_rows(v_tile, v_next);
+            block.sync();
+        }
+    }
+    size_t tokens = gridDim.x / NH * (size_t)T;
+    size_t parts = ceil_div(T, FP32_PARTIAL_ROWS);
+    float* partials = bias_partials + (b * parts + query0 / FP32_PARTIAL_ROWS) * row_stride + h * HS;
+    fp32_store_columns<RQ, HS, THREADS>(dqkv_t + (size_t)h * HS * tokens + b * T, tokens, dq, scale, query0, T,
+                                        partials, row_stride, smem, ta, tb);
+}
+
+// One query tile's statistics (dK/dV), per query: lse in exponent units (softmax) or 1/(t+1) (ReLU),
+// then delta (softmax; 0 for ReLU); 0 past T. Thread tid < 2 QUERIES fetches one.
+template <AttentionKind KIND, int QUERIES>
+__device__ __forceinline__ float fp32_fetch_statistic(const float* lse_head, const float* delta_head, int query0,
+                                                      int T) {
+    int t = query0 + threadIdx.x % QUERIES;
+    bool is_lse = threadIdx.x < QUERIES;
+    if (threadIdx.x >= 2 * QUERIES) { return 0.0f; }
+    if (KIND == ATTENTION_RELU) { return is_lse ? 1.0f / (t + 1) : 0.0f; }
+    if (t >= T) { return 0.0f; }
+    return is_lse ? lse_head[t] * LOG2E : delta_head[t];
+}
+
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(fp32_dkdv_tiling(HS).threads, fp32_dkdv_tiling(HS).min_blocks)
+    flash_fp32_dkdv_kernel(float* dqkv_t, float* bias_partials, const float* dout, const float* qkv, const float* lse,
+                           const float* delta, int T, int NH) {
+    constexpr Fp32Tiling TILING = fp32_dkdv_tiling(HS);
+    constexpr int THREADS = TILING.threads, RK = TILING.ra, RQ = TILING.rb, TK = THREADS / 8;
+    constexpr int KEYS = TILING.rows(), QUERIES = TILING.tile(), DIMS = HS / 8;
+    static_assert(fp32_dkdv_shared_floats(HS) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
+    static_assert(HS * (KEYS + 1) <= fp32_dkdv_shared_floats(HS) && 2 * QUERIES <= THREADS, "the stage fits");
+    extern __shared__ float smem[];
+    constexpr int ROW = HS + FP32_PAD;                      // floats per row of a row tile
+    float* k_tile = smem;                                   // KEYS x HS
+    float* v_tile = k_tile + KEYS * ROW;                    // KEYS x HS
+    float* q_tile = v_tile + KEYS * ROW;                    // QUERIES x HS
+    float* do_tile = q_tile + QUERIES * ROW;                // QUERIES x HS
+    float* p_tile = do_tile + QUERIES * ROW;                // P: QUERIES x KEYS
+    float* ds_tile = p_tile + QUERIES * (KEYS + FP32_PAD);  // dS: QUERIES x KEYS
+    float* stats = ds_tile + QUERIES * (KEYS + FP32_PAD);   // 2 x QUERIES: fp32_fetch_statistic's
+    cg::thread_block block = cg::this_thread_block();
+    int ta = threadIdx.x / 8, tb = threadIdx.x % 8;
+    int C = NH * HS, h = blockIdx.x % NH;
+    size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C, head_rows = (b * NH + h) * T;
+    int key0 = blockIdx.y * KEYS;  // the heaviest (earliest) key blocks start first
+    const float* q_head = qkv + b * T * row_stride + h * HS;
+    const float* do_head = dout + b * T * C + h * HS;
+    int first_tile = key0 / QUERIES, num_tiles = ceil_div(T, QUERIES);
+    float scale = rsqrtf((float)HS), exp_scale = scale * LOG2E;
+
+    fp32_load_rows<KEYS, HS, THREADS>(k_tile, q_head + C, row_stride, key0, T);
+    fp32_load_rows<KEYS, HS, THREADS>(v_tile, q_head + 2 * C, row_stride, key0, T);
+    fp32_load_rows<QUERIES, HS, THREADS>(q_tile, q_head, row_stride, first_tile * QUERIES, T);
+    fp32_load_rows<QUERIES, HS, THREADS>(do_tile, do_head, C, first_tile * QUERIES, T);
+    float stat = fp32_fetch_statistic<KIND, QUERIES>(lse + head_rows, delta + head_rows, first_tile * QUERIES, T);
+    if (threadIdx.x < 2 * QUERIES) { stats[threadIdx.x] = stat; }
+    block.sync();
+    float dk[RK][DIMS] = {}, dv[RK][DIMS] = {};
+
+    for (int tile = first_tile; tile < num_tiles; tile++) {
+        int query0 = tile * QUERIES;
+        bool next = tile + 1 < num_tiles;
+        float s[RK][RQ], dp[RK][RQ];  // S^T and dP^T: rows are keys, columns queries
+        fp32_scores<RK, RQ, TK, HS>(s, k_tile, q_tile, ta, tb);
+        if (query0 < key0 + KEYS - 1) {
+            fp32_mask_causal<RK, RQ, TK, true>(s, key0 + ta, query0 + tb, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f);
+        }
+        fp32_scores<RK, RQ, TK, HS>(dp, v_tile, do_tile, ta, tb);
+#pragma unroll
+        for (int j = 0; j < RQ; j++) {
+            float stat_a = stats[tb + 8 * j], stat_b = stats[QUERIES + tb + 8 * j];
+#pragma unroll
+            for (int i = 0; i < RK; i++) {
+                probability_and_gradient<KIND, false>(s[i][j], dp[i][j], scale, exp_scale, stat_a, stat_b);
+            }
+        }
+        fp32_store_transposed<RK, RQ, KEYS>(p_tile, s, ta, tb);
+        fp32_store_transposed<RK, RQ, KEYS>(ds_tile, dp, ta, tb);
+        block.sync();  // P and dS are in
+        Fp32Rows<QUERIES, HS, THREADS> q_next, do_next;
+        float stat_next = 0.0f;
+        if (next) {
+            fp32_fetch_rows(q_next, q_head, row_stride, query0 + QUERIES, T);
+            fp32_fetch_rows(do_next, do_head, C, query0 + QUERIES, T);
+            stat_next = fp32_fetch_statistic<KIND, QUERIES>(lse + head_rows, delta + head_rows, query0 + QUERIES, T);
+        }
+        fp32_accumulate<RK, HS, QUERIES, KEYS>(dv, p_tile, do_tile, ta, tb);
+        fp32_accumulate<RK, HS, QUERIES, KEYS>(dk, ds_tile, q_tile, ta, tb);
+        block.sync();  // every thread is done with the tile, P, dS and the statistics
+        if (next) {
+            fp32_store_rows(q_tile, q_next);
+            fp32_store_rows(do_tile, do_next);
+            if (threadIdx.x < 2 * QUERIES) { stats[threadIdx.x] = stat_next; }
+            block.sync();
+        }
+    }
+    size_t tokens = gridDim.x / NH * (size_t)T;
+    size_t parts = ceil_div(T, FP32_PARTIAL_ROWS);
+    float* dk_t = dqkv_t + (size_t)(C + h * HS) * tokens + b * T;
+    float* partials = bias_partials + (b * parts + key0 / FP32_PARTIAL_ROWS) * row_stride + C + h * HS;
+    fp32_store_columns<RK, HS, THREADS>(dk_t, tokens, dk, scale, key0, T, partials, row_stride, smem, ta, tb);
+    fp32_store_columns<RK, HS, THREADS>(dk_t + (size_t)C * tokens, tokens, dv, 1.0f, key0, T, partials + C, row_stride,
+                                        smem, ta, tb);
+}
+
+// Launchers of the FP32-core kernels, which the section's launchers call (FlashForward, FlashBackward):
+// at most 48 KB of dynamic shared memory a block, so no attribute to set.
+
+struct FlashFp32Forward {
+    float* out;
+    float* lse;
+    const float* qkv;
+    int B, T, NH;
+    template <AttentionKind KIND, int HS>
+    void run() const {
+        dim3 grid(B * NH, ceil_div(T, fp32_forward_tiling(HS).rows()));
+        size_t shared = fp32_forward_shared_floats(HS) * sizeof(float);
+        flash_fp32_forward_kernel<KIND, HS><<<grid, fp32_forward_tiling(HS).threads, shared>>>(out, lse, qkv, T, NH);
+        cudaCheck(cudaGetLastError());
+    }
+};
+
+struct FlashFp32Backward {
+    float *dqkv_t, *bias_partials;
+    float* delta;
+    const float *dout, *qkv, *out, *lse;
+    int B, T, NH;
+    // The dQ kernel (which also writes delta), then the dK/dV kernel that reads it.
+    template <AttentionKind KIND, int HS>
+    void run() const {
+        dim3 dq_grid(B * NH, ceil_div(T, fp32_dq_tiling(HS).rows()));
+        size_t dq_shared = fp32_dq_shared_floats(HS) * sizeof(float);
+        flash_fp32_dq_kernel<KIND, HS><<<dq_grid, fp32_dq_tiling(HS).threads, dq_shared>>>(
+            dqkv_t, bias_partials, delta, dout, qkv, out, lse, T, NH);
+        cudaCheck(cudaGetLastError());
+        dim3 dkdv_grid(B * NH, ceil_div(T, fp32_dkdv_tiling(HS).rows()));
+        size_t dkdv_shared = fp32_dkdv_shared_floats(HS) * sizeof(float);
+        flash_fp32_dkdv_kernel<KIND, HS><<<dkdv_grid, fp32_dkdv_tiling(HS).threads, dkdv_shared>>>(
+            dqkv_t, bias_partials, dout, qkv, lse, delta, T, NH);
+        cudaCheck(cudaGetLastError());
+    }
+};
+
+// ----------------------------------------------------------------------------------------------
 // Host launchers: the runtime head size, kind and accuracy pick a kernel instantiation.
 
 template <int HS, typename Launch>
@@ -2360,71 +3041,112 @@ static void flash_set_shared(Kernel kernel, size_t shared, bool* done) {
     *done = true;
 }
 
+// The kernels this device runs for head size hs (split: the FP32-accurate products): the mma.sync
+// family where the running code has TF32 tensor cores (g_tf32_cores) and its tiles fit a block's
+// shared memory (g_shared_limit), with the dQ and dK/dV tiles shrunk to FLASH_SMALL_TILE where only
+// those fit (hs = 128 on GPUs of 99 KB a block), and the forward on wgmma where Hopper's sm_90a code
+// runs (TF32 mode) and its tiles fit; otherwise the FP32-core kernels (FlashFp32Forward, FlashFp32Backward).
+struct FlashPlan {
+    bool tensor_cores, wgmma;
+    int dq_keys, dkdv_queries;
+};
+
+static FlashPlan flash_plan(int hs, bool split) {
+    auto fits = [](size_t bytes) { return bytes <= g_shared_limit; };
+    auto tile = [&](int preferred, size_t (*bytes)(int, int)) {
+        return fits(bytes(hs, preferred)) ? preferred : fits(bytes(hs, FLASH_SMALL_TILE)) ? FLASH_SMALL_TILE : 0;
+    };
+    FlashPlan plan = {};
+    plan.dq_keys = tile(FLASH_DQ_KEYS, [](int h, int keys) { return flash_dq_shared(h, keys); });
+    plan.dkdv_queries = tile(flash_dkdv_queries(hs, split), [](int h, int queries) { return flash_dkdv_shared(h, queries); });
+    plan.tensor_cores = g_tf32_cores && fits(flash_forward_shared(hs)) && plan.dq_keys > 0 && plan.dkdv_queries > 0;
+    plan.wgmma = plan.tensor_cores && g_wgmma && !split && fits(flash_wgmma_shared(hs));
+    return plan;
+}
+
+// The plan in words, for the configuration table.
+static std::string flash_path_name(int hs, bool split) {
+    FlashPlan plan = flash_plan(hs, split);
+    char name[128];
+    if (!plan.tensor_cores) {
+        snprintf(name, sizeof(name), "FP32 cores (hs %d, %zu KB shared a block)", hs, g_shared_limit / 1024);
+    } else {
+        snprintf(name, sizeof(name), "%s forward, mma.sync backward (dQ %d keys, dK/dV %d queries a tile)",
+                 plan.wgmma ? "wgmma" : "mma.sync", plan.dq_keys, plan.dkdv_queries);
+    }
+    return name;
+}
+
 struct FlashForward {
     float* out;
     float* lse;
     const float* qkv;
     int B, T, NH;
-    // The Hopper kernel where the GPU runs it, in TF32 mode; false where it does not apply.
-    template <AttentionKind KIND, int HS, bool SPLIT>
-    bool run_wgmma() const {
-        if constexpr (SPLIT) { return false; }
-        else {
-            if (!g_wgmma) { return false; }
-            static bool configured = false;
-            size_t shared = (WG_CTA_QUERIES * HS + 4 * WG_KEYS * HS) * sizeof(float) + 1024;  // + the alignment
-            flash_set_shared(flash_forward_wgmma_kernel<KIND, HS>, shared, &configured);
-            dim3 grid(B * NH, ceil_div(T, WG_CTA_QUERIES));
-            flash_forward_wgmma_kernel<KIND, HS><<<grid, WG_THREADS, shared>>>(out, lse, qkv, T, NH);
-            cudaCheck(cudaGetLastError());
-            return true;
-        }
-    }
     template <AttentionKind KIND, int HS, bool SPLIT>
     void run() const {
-        if (run_wgmma<KIND, HS, SPLIT>()) { return; }
-        static bool configured = false;
-        size_t shared = 4 * flash_forward_keys(HS) * HS * sizeof(float);
-        flash_set_shared(flash_forward_kernel<KIND, HS, SPLIT>, shared, &configured);
-        dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
-        flash_forward_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(out, lse, qkv, T, NH);
+        FlashPlan plan = flash_plan(HS, SPLIT);
+        if (!plan.tensor_cores) {
+            FlashFp32Forward launch = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .NH = NH};
+            launch.run<KIND, HS>();
+        } else if (plan.wgmma) {
+            if constexpr (!SPLIT) {
+                static bool configured = false;
+                flash_set_shared(flash_forward_wgmma_kernel<KIND, HS>, flash_wgmma_shared(HS), &configured);
+                dim3 grid(B * NH, ceil_div(T, WG_CTA_QUERIES));
+                flash_forward_wgmma_kernel<KIND, HS><<<grid, WG_THREADS, flash_wgmma_shared(HS)>>>(out, lse, qkv, T, NH);
+            }
+        } else {
+            static bool configured = false;
+            flash_set_shared(flash_forward_kernel<KIND, HS, SPLIT>, flash_forward_shared(HS), &configured);
+            dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
+            flash_forward_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, flash_forward_shared(HS)>>>(out, lse, qkv, T, NH);
+        }
         cudaCheck(cudaGetLastError());
     }
 };
 
 struct FlashBackward {
-    float *dqkv_t, *bias_partials;
+    float *dqkv_t, *dbias, *bias_partials;
     float* delta;
     const float *dout, *qkv, *out, *lse;
     int B, T, NH;
-    // The dQ kernel (which also writes delta), then the dK/dV kernel that reads it.
-    template <AttentionKind KIND, int HS, bool SPLIT>
+    // The dQ kernel (which also writes delta), then the dK/dV kernel that reads it, then the bias
+    // gradient from their partial sums.
+    template <AttentionKind KIND, int HS, bool SPLIT, int KEYS>
     void run_dq() const {
         static bool configured = false;
-        size_t held_rows = flash_holds_rows(HS) ? 0 : 2 * FLASH_ROWS * HS;  // the tiles of the rows not held
-        size_t shared = (4 * FLASH_DQ_KEYS * HS + held_rows) * sizeof(float);
-        flash_set_shared(flash_backward_dq_kernel<KIND, HS, SPLIT>, shared, &configured);
+        flash_set_shared(flash_backward_dq_kernel<KIND, HS, SPLIT, KEYS>, flash_dq_shared(HS, KEYS), &configured);
         dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
-        flash_backward_dq_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(dqkv_t, bias_partials, delta, dout,
-                                                                                   qkv, out, lse, T, NH);
+        flash_backward_dq_kernel<KIND, HS, SPLIT, KEYS><<<grid, FLASH_THREADS, flash_dq_shared(HS, KEYS)>>>(
+            dqkv_t, bias_partials, delta, dout, qkv, out, lse, T, NH);
         cudaCheck(cudaGetLastError());
     }
-    template <AttentionKind KIND, int HS, bool SPLIT>
+    template <AttentionKind KIND, int HS, bool SPLIT, int QUERIES>
     void run_dkdv() const {
         static bool configured = false;
-        int queries = flash_dkdv_queries(HS, SPLIT);
-        size_t held_rows = flash_holds_rows(HS) ? 0 : 2 * FLASH_ROWS * HS;
-        size_t shared = (2 * (2 * queries * HS + 2 * queries) + held_rows) * sizeof(float);
-        flash_set_shared(flash_backward_dkdv_kernel<KIND, HS, SPLIT>, shared, &configured);
+        size_t shared = flash_dkdv_shared(HS, QUERIES);
+        flash_set_shared(flash_backward_dkdv_kernel<KIND, HS, SPLIT, QUERIES>, shared, &configured);
         dim3 grid(B * NH, ceil_div(T, FLASH_ROWS));
-        flash_backward_dkdv_kernel<KIND, HS, SPLIT><<<grid, FLASH_THREADS, shared>>>(dqkv_t, bias_partials, dout, qkv,
-                                                                                     lse, delta, T, NH);
+        flash_backward_dkdv_kernel<KIND, HS, SPLIT, QUERIES><<<grid, FLASH_THREADS, shared>>>(dqkv_t, bias_partials,
+                                                                                          dout, qkv, lse, delta, T, NH);
         cudaCheck(cudaGetLastError());
     }
     template <AttentionKind KIND, int HS, bool SPLIT>
     void run() const {
-        run_dq<KIND, HS, SPLIT>();
-        run_dkdv<KIND, HS, SPLIT>();
+        FlashPlan plan = flash_plan(HS, SPLIT);
+        if (!plan.tensor_cores) {
+            FlashFp32Backward launch = {.dqkv_t = dqkv_t, .bias_partials = bias_partials, .delta = delta,
+                                        .dout = dout, .qkv = qkv, .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
+            launch.run<KIND, HS>();
+            column_sums(dbias, bias_partials, B * ceil_div(T, FP32_PARTIAL_ROWS), 3 * NH * HS);
+            return;
+        }
+        if (plan.dq_keys == FLASH_DQ_KEYS) { run_dq<KIND, HS, SPLIT, FLASH_DQ_KEYS>(); }
+        else { run_dq<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
+        constexpr int QUERIES = flash_dkdv_queries(HS, SPLIT);
+        if (plan.dkdv_queries == QUERIES) { run_dkdv<KIND, HS, SPLIT, QUERIES>(); }
+        else { run_dkdv<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
+        column_sums(dbias, bias_partials, B * ceil_div(T, FLASH_ROWS), 3 * NH * HS);
     }
 };
 
@@ -2437,15 +3159,14 @@ static void flash_attention_forward(float* out, float* lse, const float* qkv, in
 
 // dqkv_t (3C, B*T), the gradient of qkv transposed, and dbias (3C) = its sum over the
 // B*T tokens, from dout (B, T, C) and the forward's qkv, out and lse. Scratch: delta (B, NH, T)
-// (softmax) and partials, the sums' shares of each block of FLASH_ROWS tokens of a sequence:
-// B * ceil(T / FLASH_ROWS) rows of 3C floats, at most 3 B*T*C.
+// (softmax) and partials, the sums' shares of each block of FLASH_ROWS tokens of a sequence
+// (FP32_PARTIAL_ROWS on the FP32 cores): at most B * ceil(T / 16) rows of 3C floats, within 4 B*T*C.
 static void flash_attention_backward(float* dqkv_t, float* dbias, float* partials, float* delta, const float* dout,
                                      const float* qkv, const float* out, const float* lse, int B, int T, int NH,
                                      int hs, AttentionKind kind, bool fp32_accurate) {
-    FlashBackward launch = {.dqkv_t = dqkv_t, .bias_partials = partials, .delta = delta, .dout = dout, .qkv = qkv,
-                            .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
+    FlashBackward launch = {.dqkv_t = dqkv_t, .dbias = dbias, .bias_partials = partials, .delta = delta,
+                            .dout = dout, .qkv = qkv, .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
     flash_dispatch(launch, hs, kind, fp32_accurate, "flash_attention_backward");
-    column_sums(dbias, partials, B * ceil_div(T, FLASH_ROWS), 3 * NH * hs);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -4120,12 +4841,17 @@ static bool cuda_setup(int precision, int local_rank = 0) {
     cudaCheck(cudaSetDevice(device));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, device));
-    if (prop.major < 8) { fail("GPU %s has compute capability %d.%d; 8.0 or newer is needed", prop.name, prop.major, prop.minor); }
+    if (prop.major < 6) { fail("GPU %s has compute capability %d.%d; 6.0 or newer is needed", prop.name, prop.major, prop.minor); }
     g_num_sms = prop.multiProcessorCount;
-    g_pdl = prop.major >= 9;
-    g_wgmma = runs_sm90a_code();
+    int built_arch;
+    probe_built_code(&built_arch, &g_wgmma);
+    g_pdl = built_arch >= 900;  // a compute_80 build on a Hopper or Blackwell must not overlap kernels it cannot order
+    g_tf32_cores = built_arch >= 800;
+    g_shared_limit = prop.sharedMemPerBlockOptin;
+    int cap_kb = env_int("GPT2_TEST_SHARED_KB", 16, 1024, 0);
+    if (cap_kb > 0) { g_shared_limit = std::min(g_shared_limit, (size_t)cap_kb * 1024); }
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
-    g_precision = (MatmulPrecision)precision;
+    g_precision = g_tf32_cores ? (MatmulPrecision)precision : MATMUL_FP32;
     cublasCheck(cublasLtCreate(&g_cublaslt));
     g_cublaslt_workspace = device_malloc(CUBLASLT_WORKSPACE_SIZE, "cuBLASLt workspace");
     g_side_workspace = device_malloc(CUBLASLT_WORKSPACE_SIZE, "cuBLASLt workspace");
@@ -4445,7 +5171,10 @@ static std::string run_config_table(const Run* run, int val_B) {
     table_row(&table, "AdamW", "beta1 %g beta2 %g eps %g weight decay %g", r->beta1, r->beta2, r->eps,
               r->weight_decay);
     table_row(&table, "gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
-    table_row(&table, "matmul precision", "%s", precision_name(g_precision));
+    table_row(&table, "matmul precision", "%s%s", precision_name(g_precision),
+              g_tf32_cores ? "" : ", every -f: no TF32 tensor cores in this GPU or build");
+    std::string attention_path = flash_path_name(c->channels / c->num_heads, g_precision != MATMUL_TF32);
+    table_row(&table, "attention kernels", "%s", attention_path.c_str());
     table_row(&table, "seed", "%llu", (unsigned long long)r->seed);
     table_row(&table, "output", "%s", args->output_dir ? args->output_dir : "(none)");
     table_row(&table, "TensorBoard", "%s", tensorboard_destination(run));
@@ -4533,7 +5262,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     signals_install();
     RunShape* r = &args->shape;
     if (!cuda_setup(r->precision, me->local_rank)) {
-        fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 8.0+");
+        fail("no CUDA GPU found: training needs an NVIDIA GPU of compute capability 6.0+");
     }
     comm_init(&g_comm, me, args->rendezvous_dir);
     if (args->output_dir != nullptr && g_comm.rank == 0) {
@@ -4554,6 +5283,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     tokenizer_init(&run->tokenizer, args->tokenizer.c_str());
     comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
+    comm_check_same(&g_comm, g_shared_limit, "the shared memory the attention plans for (GPT2_TEST_SHARED_KB)");
     bool logs = args->output_dir != nullptr && g_comm.rank == 0;
     if (logs) { run->log = run_log_open(args->output_dir, args->resume, args->force, args->tensorboard); }
     log_tokens_per_step(&run->log, args->total_batch_tokens);

@@ -12,6 +12,8 @@ Kernel lab: causal attention (softmax and ReLU), forward and backward.
              (below; slower than the trainer's, kept here)
   variant 9  variant 4 with dS through memory: the dK/dV kernel stores dS, dQ = dS K reads it back
              (below; slower than the trainer's, kept here)
+  variant 10 the trainer's flash attention on the FP32 cores (fmaf only, no mma.sync or cp.async: what
+             GPUs before Ampere run); also timed against the FP32 FMA peak of the device
 Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
 see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
@@ -23,6 +25,8 @@ dbias with the double column sums of that dqkv; the determinism check compares d
   make attention && ./attention        all variants
   ./attention 2 3                      only the listed variants
   ./attention --small 2                only the small checks (for compute-sanitizer)
+A build for compute capability 7.5 (make GPU_ARCH=compute_75: PTX, which a newer GPU compiles at
+start) skips variants 2 to 9, whose kernels need 8.0.
 */
 #define TESTING
 #include "../../train_gpt2_fp32.cu"
@@ -169,9 +173,39 @@ constexpr Tolerance TF32_TOLERANCE = {5e-3, 1e-2,
 constexpr Tolerance FP32_TOLERANCE = {2e-5, 1e-4,
                                       "fp32 level; fwd: the trainer's -f 0 logits tolerance; bwd: dS sums to 0 "
                                       "over the keys (cancels), the trainer's -f 0 gradients take 5e-4"};
+constexpr Tolerance FP32_CORES_TOLERANCE = {1e-5, 1e-5,
+                                            "plain fp32 fmaf sums; on the CPU (build/draft/emulate, T <= 257) "
+                                            "out 5e-7, dqkv 8e-7"};
 constexpr const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
                                       "4 flash TF32 wgmma", "5 4 + wgmma dQ", "6 4 + wgmma dK/dV",
-                                      "7 4, pipelined fwd", "8 4 + fused bwd", "9 4 + dS in memory"};
+                                      "7 4, pipelined fwd", "8 4 + fused bwd", "9 4 + dS in memory",
+                                      "10 flash FP32 cores"};
+constexpr int NUM_VARIANTS = sizeof(VARIANT_NAMES) / sizeof(VARIANT_NAMES[0]) - 1;
+constexpr int FP32_CORES_VARIANT = 10;
+
+// Whether this build's code has the TF32 tensor cores (the trainer's g_tf32_cores after cuda_setup;
+// a compute_75 PTX build has not): variants 2 to 9 need them, variant 10 runs without.
+static bool g_build_tf32_cores;
+
+// FP32 lanes per multiprocessor by compute capability (64: 6.0, 7.x, 8.0; 128: 6.1, 6.2, 8.6 on).
+static int fp32_lanes_per_sm(int major, int minor) {
+    if (major == 6) { return minor == 0 ? 64 : 128; }
+    if (major == 7 || (major == 8 && minor == 0)) { return 64; }
+    return 128;
+}
+
+// The device's FP32 FMA peak in TFLOP/s: SMs x lanes x 2 flops x the peak clock; and its terms.
+static double fp32_peak_tflops(char* terms, size_t size) {
+    int device = 0, sms = 0, clock_khz = 0, major = 0, minor = 0;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cudaCheck(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    int lanes = fp32_lanes_per_sm(major, minor);
+    snprintf(terms, size, "%d SMs x %d lanes x 2 x %.3f GHz", sms, lanes, clock_khz * 1e-6);
+    return (double)sms * lanes * 2 * clock_khz * 1e3 * 1e-12;
+}
 
 struct Shape {
     int B, T, NH, hs;
@@ -324,7 +358,7 @@ struct FlashBackwardWgmmaDq {
     template <AttentionKind KIND, int HS, bool SPLIT>
     void run() const {
         if constexpr (SPLIT || HS > 64) {
-            trainer.run_dq<KIND, HS, SPLIT>();
+            trainer.run_dq<KIND, HS, SPLIT, FLASH_DQ_KEYS>();
         } else {
             static bool configured = false;
             size_t shared = (2 * WG_CTA_QUERIES * HS + 6 * WG_KEYS * HS) * sizeof(float) + 1024;  // + the alignment
@@ -335,7 +369,7 @@ struct FlashBackwardWgmmaDq {
                 t.dqkv_t, t.bias_partials, t.delta, t.dout, t.qkv, t.out, t.lse, t.T, t.NH);
             cudaCheck(cudaGetLastError());
         }
-        trainer.run_dkdv<KIND, HS, SPLIT>();
+        trainer.run_dkdv<KIND, HS, SPLIT, flash_dkdv_queries(HS, SPLIT)>();
     }
 };
 
@@ -481,9 +515,9 @@ struct FlashBackwardWgmmaDkdv {
     FlashBackward trainer;
     template <AttentionKind KIND, int HS, bool SPLIT>
     void run() const {
-        trainer.run_dq<KIND, HS, SPLIT>();
+        trainer.run_dq<KIND, HS, SPLIT, FLASH_DQ_KEYS>();
         if constexpr (SPLIT || HS > 64) {
-            trainer.run_dkdv<KIND, HS, SPLIT>();
+            trainer.run_dkdv<KIND, HS, SPLIT, flash_dkdv_queries(HS, SPLIT)>();
         } else {
             static bool configured = false;
             size_t shared = (2 * WG_CTA_QUERIES * HS + 8 * WG_KEYS * HS + 4 * WG_KEYS) * sizeof(float) + 1024;
@@ -1189,8 +1223,11 @@ struct Buffers {
     float *qkvr, *heads, *att, *dqkvr, *datt;  // the materialised variant's scratch
 };
 
-// The flash backward's scratch: a row of 3C column-sum shares per block of FLASH_ROWS tokens.
-static size_t flash_partials_floats(Shape s) { return (size_t)s.B * ceil_div(s.T, FLASH_ROWS) * 3 * s.NH * s.hs; }
+// The flash backward's scratch: a row of 3C column-sum shares per block of FLASH_ROWS tokens
+// (variant 10: of FP32_PARTIAL_ROWS tokens).
+static size_t flash_partials_floats(Shape s) {
+    return (size_t)s.B * ceil_div(s.T, std::min(FLASH_ROWS, FP32_PARTIAL_ROWS)) * 3 * s.NH * s.hs;
+}
 
 static Buffers buffers_create(Shape s, bool materialised) {
     size_t btc = (size_t)s.B * s.T * s.NH * s.hs, bht = (size_t)s.B * s.NH * s.T;
@@ -1227,7 +1264,8 @@ static void run_forward(Buffers* d, AttentionKind kind, int variant) {
     if (variant == 1) {
         attention_forward(d->out, d->att, d->qkvr, d->heads, d->qkv, s.B, s.T, s.NH * s.hs, s.NH, kind);
     } else {
-        g_wgmma = variant >= 4;  // the trainer's choice on Hopper; variant 2 runs the mma.sync kernel
+        g_tf32_cores = g_build_tf32_cores && variant != FP32_CORES_VARIANT;  // flash_plan then takes the FP32 cores
+        g_wgmma = variant >= 4 && variant != FP32_CORES_VARIANT;  // the trainer's choice on Hopper; variant 2 runs the mma.sync kernel
         if (variant == 7) {
             FlashForwardPipelined launch = {{d->out, d->lse, d->qkv, s.B, s.T, s.NH}};
             flash_dispatch(launch, s.hs, kind, false, "variant 7");
@@ -1243,7 +1281,7 @@ template <typename Launch>
 static void run_lab_backward(Buffers* d, AttentionKind kind, const char* what) {
     Shape s = d->shape;
     g_wgmma = true;
-    Launch launch = {{d->dqkv_t, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
+    Launch launch = {{d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
     flash_dispatch(launch, s.hs, kind, false, what);
     column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
 }
@@ -1262,6 +1300,7 @@ static void run_backward(Buffers* d, AttentionKind kind, int variant) {
     } else if (variant == 9) {
         run_lab_backward<FlashBackwardDsMemory>(d, kind, "variant 9");
     } else {
+        g_tf32_cores = g_build_tf32_cores && variant != FP32_CORES_VARIANT;
         g_wgmma = variant == 4 || variant == 7;
         flash_attention_backward(d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B,
                                  s.T, s.NH, s.hs, kind, variant == 3);
@@ -1478,7 +1517,7 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
     double dq_err = relative(dq_e, dqkv_ref), dk_err = relative(dk_e, dqkv_ref), dv_err = relative(dv_e, dqkv_ref);
     double dbias_err = flash ? dbias_error(download(d->dbias, 3 * C), dqkv) : 0.0;
     size_t non_finite = count_non_finite(out) + count_non_finite(dqkv);
-    Tolerance tol = variant == 3 ? FP32_TOLERANCE : TF32_TOLERANCE;
+    Tolerance tol = variant == 3 ? FP32_TOLERANCE : variant == FP32_CORES_VARIANT ? FP32_CORES_TOLERANCE : TF32_TOLERANCE;
     double forward_err = std::max(out_err, lse_err), backward_err = std::max({dq_err, dk_err, dv_err});
     bool ok = forward_err <= tol.forward && backward_err <= tol.backward && dbias_err <= DBIAS_TOLERANCE &&
               non_finite == 0;
@@ -1548,6 +1587,41 @@ static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq,
     if (wgmma_dkdv) { *backward += heads * unit * (4 * group_dkdv_tiles * WG_KEYS - dkdv_tiles * queries) * 4; }
 }
 
+// Variant 10's executed FLOPs: per block, its whole tiles up to the diagonal; the forward 2
+// products per (query, key) pair, the dQ kernel 3 and the dK/dV kernel 4 (P recomputed in both).
+static void fp32_executed_flops(Shape s, double* forward, double* backward) {
+    Fp32Tiling fwd = fp32_forward_tiling(s.hs), dq = fp32_dq_tiling(s.hs), dkdv = fp32_dkdv_tiling(s.hs);
+    double forward_pairs = 0, dq_pairs = 0, dkdv_pairs = 0;
+    for (int query0 = 0; query0 < s.T; query0 += fwd.rows()) {
+        forward_pairs += (double)fwd.rows() * ceil_div(std::min(query0 + fwd.rows(), s.T), fwd.tile()) * fwd.tile();
+    }
+    for (int query0 = 0; query0 < s.T; query0 += dq.rows()) {
+        dq_pairs += (double)dq.rows() * ceil_div(std::min(query0 + dq.rows(), s.T), dq.tile()) * dq.tile();
+    }
+    for (int key0 = 0; key0 < s.T; key0 += dkdv.rows()) {
+        dkdv_pairs += (double)dkdv.rows() * (ceil_div(s.T, dkdv.tile()) - key0 / dkdv.tile()) * dkdv.tile();
+    }
+    double heads = (double)s.B * s.NH, product = 2.0 * s.hs;
+    *forward = heads * product * forward_pairs * 2;
+    *backward = heads * product * (dq_pairs * 3 + dkdv_pairs * 4);
+}
+
+// Variant 10 against the device's FP32 FMA peak, FLOPs counted on the causal pairs, T(T+1)/2 per
+// head: the forward's 2 products; the backward's 5 (S, dP, dV, dK, dQ) and, counting the dQ
+// kernel's recomputed S and dP as work, 7.
+static void fp32_peak_note(Shape s, double forward_ms, double backward_ms, char* note, size_t size) {
+    char terms[128];
+    double peak = fp32_peak_tflops(terms, sizeof(terms));
+    double product = 2.0 * s.B * s.NH * s.hs * (double)s.T * (s.T + 1) / 2;
+    double forward = 2 * product / forward_ms * 1e-9, backward5 = 5 * product / backward_ms * 1e-9;
+    double backward7 = 7 * product / backward_ms * 1e-9;
+    snprintf(note, size,
+             "FP32 peak %.1f TF/s (%s); causal T(T+1)/2: fwd %.1f TF/s %.1f%%, bwd 5 products %.1f TF/s %.1f%%, "
+             "7 with recompute %.1f TF/s %.1f%%",
+             peak, terms, forward, 100 * forward / peak, backward5, 100 * backward5 / peak, backward7,
+             100 * backward7 / peak);
+}
+
 template <typename Run>
 static double median_ms(Run run) {
     const int WARMUP = 3, REPEATS = 20;
@@ -1578,7 +1652,9 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
     double backward_ms = median_ms([&] { run_backward(d, kind, variant); });
     double conv_forward = convention_forward_flops(s), conv_backward = 2.5 * conv_forward;
     double exec_forward = conv_forward * 2, exec_backward = conv_backward * 8 / 5;  // full T x T products
-    if (variant != 1) {
+    if (variant == FP32_CORES_VARIANT) {
+        fp32_executed_flops(s, &exec_forward, &exec_backward);
+    } else if (variant != 1) {
         flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, variant == 6, variant == 8, variant == 9,
                              &exec_forward, &exec_backward);
     }
@@ -1593,8 +1669,15 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
              exec_backward / backward_ms * 1e-9);
     printf("bench %-22s %-7s %-20s fwd %s  bwd %s  %s\n", shape_name(s).c_str(), attention_name(kind),
            VARIANT_NAMES[variant], forward, backward, note);
-    fflush(stdout);
     table_row("bench", s, kind, variant, forward, backward, note);
+    if (variant == FP32_CORES_VARIANT) {
+        char fp32_note[512];
+        fp32_peak_note(s, forward_ms, backward_ms, fp32_note, sizeof(fp32_note));
+        printf("bench %-22s %-7s %-20s %s\n", shape_name(s).c_str(), attention_name(kind), VARIANT_NAMES[variant],
+               fp32_note);
+        table_row("bench", s, kind, variant, "", "", fp32_note);
+    }
+    fflush(stdout);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1665,13 +1748,25 @@ int main(int argc, char** argv) {
             continue;
         }
         int v = atoi(argv[i]);
-        if (v < 1 || v > 9) { fail("variant '%s': expected 1 to 9", argv[i]); }
+        if (v < 1 || v > NUM_VARIANTS) { fail("variant '%s': expected 1 to %d", argv[i], NUM_VARIANTS); }
         variants.push_back(v);
     }
     if (!cuda_setup(MATMUL_TF32)) { fail("no CUDA device"); }
-    bool hopper = g_wgmma;
-    if (variants.empty()) { variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9} : std::vector<int>{1, 2, 3}; }
-    if (!hopper && std::any_of(variants.begin(), variants.end(), [](int v) { return v >= 4; })) {
+    g_build_tf32_cores = g_tf32_cores;
+    bool hopper = g_wgmma, tensor_cores = g_tf32_cores;
+    if (variants.empty()) {
+        variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10} : std::vector<int>{1, 2, 3, 10};
+    }
+    if (!tensor_cores) {  // this build's code predates mma.sync and cp.async: only variants 1 and 10 run
+        for (int v : variants) {
+            if (v >= 2 && v <= 9) {
+                printf("variant %d skipped: this build's code is for a GPU before Ampere, its kernels need 8.0\n", v);
+            }
+        }
+        variants.erase(std::remove_if(variants.begin(), variants.end(), [](int v) { return v >= 2 && v <= 9; }),
+                       variants.end());
+    }
+    if (!hopper && std::any_of(variants.begin(), variants.end(), [](int v) { return v >= 4 && v <= 9; })) {
         fail("variants 4 to 9 need a Hopper GPU and a build for it (sm_90a): %s", g_device_name);
     }
     bool materialised = std::find(variants.begin(), variants.end(), 1) != variants.end();
@@ -1698,7 +1793,7 @@ int main(int argc, char** argv) {
         buffers_free(&d);
     }
 
-    const Shape benches[] = {{8, 1024, 12, 64}, {16, 1024, 12, 64}};
+    const Shape benches[] = {{4, 1024, 12, 64}, {8, 1024, 12, 64}, {16, 1024, 12, 64}};
     for (Shape s : benches) {
         if (small_only) { break; }
         size_t btc = (size_t)s.B * s.T * s.NH * s.hs;
@@ -1719,9 +1814,10 @@ int main(int argc, char** argv) {
     }
 
     printf("\ntolerances (max |err| / max |ref|, forward / backward):\n  TF32 %.0e / %.0e: %s\n"
-           "  split-TF32 %.0e / %.0e: %s\n",
+           "  split-TF32 %.0e / %.0e: %s\n  FP32 cores %.0e / %.0e: %s\n",
            TF32_TOLERANCE.forward, TF32_TOLERANCE.backward, TF32_TOLERANCE.reason, FP32_TOLERANCE.forward,
-           FP32_TOLERANCE.backward, FP32_TOLERANCE.reason);
+           FP32_TOLERANCE.backward, FP32_TOLERANCE.reason, FP32_CORES_TOLERANCE.forward,
+           FP32_CORES_TOLERANCE.backward, FP32_CORES_TOLERANCE.reason);
     printf("\n| %-11s | %-22s | %-7s | %-20s | %-30s | %-30s | %s\n", "what", "shape", "kind", "variant", "forward",
            "backward", "note");
     for (const std::string& line : g_table) { printf("%s\n", line.c_str()); }

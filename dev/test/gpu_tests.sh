@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU part of `make test`, in groups that need one GPU each: the test binary on the committed
 # PyTorch fixtures (every -f, both attention kinds, chunked split products, a Hugging Face model,
-# decode), whole training runs, the fault tests, and the TensorBoard files of a run; then the
-# data-parallel runs on every GPU. The one-GPU groups run at the same time, each on its own GPU where
+# decode), whole training runs, the fault tests (three parts), the TensorBoard files of a run and
+# other GPUs' paths (PTX builds, shared-memory caps); then the data-parallel runs on every GPU.
+# The one-GPU groups run at the same time, each on its own GPU where
 # there are several, all on the one GPU where it has memory for them (24 GB: their runs are small),
 # else one after the other. Each group's output is printed whole, in order, with its time; the exit
 # status is non-zero if any group failed. Without a GPU every group prints its SKIPPED line.
@@ -29,9 +30,12 @@ fixture_checks() {
   return $status
 }
 training_runs() { dev/test/test_training_runs.sh; }
-faults() { SIGNAL_TRIALS=3 KILL_TRIALS=3 dev/test/test_faults.sh; }
+faults_guards() { dev/test/test_faults.sh guards; }
+faults_signals() { SIGNAL_TRIALS=3 dev/test/test_faults.sh signals; }
+faults_kills() { KILL_TRIALS=3 dev/test/test_faults.sh kills; }
 tensorboard_files() { dev/test/test_tensorboard.sh; }
-groups=(fixture_checks training_runs faults tensorboard_files)
+other_paths() { dev/test/test_other_paths.sh; }
+groups=(fixture_checks training_runs faults_guards faults_signals faults_kills tensorboard_files other_paths)
 
 # The visible GPUs, by their nvidia-smi ids (which CUDA_VISIBLE_DEVICES takes too).
 mapfile -t gpu_ids < <(scripts/visible_gpus.sh --ids)

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# GPU test of the paths of other GPUs, on this one: the trainer and the test binary built as
+# compute_75 PTX (the FP32-core paths of Pascal, Volta and Turing: plain FP32 products, FP32-core
+# flash attention) and as compute_80 PTX (TF32 mma.sync, as on Ampere, Ada and Blackwell), which the
+# driver compiles at start; and this GPU's build under a block's shared memory capped as on other
+# GPUs (GPT2_TEST_SHARED_KB: 99 KB RTX 30/40/50, 64 KB T4, 48 KB P100), where the plans take
+# smaller tiles or the FP32-core kernels. Each: the PyTorch fixtures at -f 0/1/2 for both attention
+# kinds and --decode, and a short training run twice, bit-identical; under the 99 KB cap also the
+# lab's attention check, whose head size 128 takes the small tiles there. Prints its time.
+set -u
+cd "$(dirname "$0")/../.."
+start=$SECONDS
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "SKIPPED (no GPU): other GPUs' paths (compute_75 and compute_80 PTX builds, shared-memory caps)"
+  exit 0
+fi
+source dev/test/runs.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+small=dev/test/fixtures/gpt2_small
+make -s -j"$(nproc)" build/compute_75/test_gpt2_fp32 build/compute_75/train_gpt2_fp32 \
+  build/compute_80/test_gpt2_fp32 build/compute_80/train_gpt2_fp32 > "$work/build.log" 2>&1 ||
+  { cat "$work/build.log"; echo "FAIL  the compute_75 and compute_80 builds"; exit 1; }
+echo "(builds: $((SECONDS - start)) s)"
+
+# fixtures DIR: the test binary of DIR on every fixture check
+fixtures() {
+  local args log
+  log=$(mktemp -p "$work")
+  for args in "-f 0 -m ${small}_softmax_model.bin -s ${small}_softmax_state.bin" \
+              "-f 0 -m ${small}_relu_model.bin -s ${small}_relu_state.bin" \
+              "-f 1 -m ${small}_softmax_model.bin -s ${small}_softmax_state.bin" \
+              "-f 1 -m ${small}_relu_model.bin -s ${small}_relu_state.bin" \
+              "-f 2 -m ${small}_softmax_model.bin -s ${small}_softmax_state.bin" \
+              "-f 2 -m ${small}_relu_model.bin -s ${small}_relu_state.bin" \
+              "--decode"; do
+    # shellcheck disable=SC2086  # args: the flags, split
+    "$1/test_gpt2_fp32" $args > "$log" 2>&1 || { echo "    $1/test_gpt2_fp32 $args:"; grep -E 'FAIL|error' "$log" | head -n 8; return 1; }
+  done
+}
+# twice DIR NAME KIND: two short runs of DIR's trainer, bit-identical (their logs kept as NAME_a, NAME_b)
+twice() {
+  local run="$1/train_gpt2_fp32 -e d12 -b 4 -t 128 -d 1024 -x 6 -v 3 -m 2 -s 0 -A $3"
+  $run > "$work/$2_a.log" 2>&1 && $run > "$work/$2_b.log" 2>&1 &&
+    grep -q '^step     6/6' "$work/$2_a.log" && diff <(numbers "$work/$2_a.log") <(numbers "$work/$2_b.log") > /dev/null
+}
+attention_row() { grep '^| attention kernels' "$work/$1_a.log" | sed 's/ *|$//; s/.*| //'; }
+# configuration ID WHAT DIR [KB]: DIR's binaries (with a block's shared memory capped at KB) on
+# every fixture check and two training runs of each kind (logs ID_a, ID_b), its check lines printed
+configuration() {
+  local name=$1 what=$2 dir=$3
+  [ -z "${4:-}" ] || export GPT2_TEST_SHARED_KB=$4
+  check "$what: every fixture check (-f 0, 1, 2, both kinds) and --decode" fixtures "$dir"
+  check "$what: a training run twice, bit-identical (softmax)" twice "$dir" "$name" softmax
+  check "$what: a training run twice, bit-identical (ReLU)" twice "$dir" "${name}_relu" relu
+}
+# The configurations at once (each a small run on the same GPU), their lines in order.
+names=(compute_75 compute_80 cap99 cap64 cap48 compute_75_cap48)
+configuration compute_75 "compute_75 PTX" build/compute_75 > "$work/compute_75.out" 2>&1 &
+configuration compute_80 "compute_80 PTX" build/compute_80 > "$work/compute_80.out" 2>&1 &
+configuration cap99 "this GPU's build, 99 KB a block" . 99 > "$work/cap99.out" 2>&1 &
+configuration cap64 "this GPU's build, 64 KB a block" . 64 > "$work/cap64.out" 2>&1 &
+configuration cap48 "this GPU's build, 48 KB a block" . 48 > "$work/cap48.out" 2>&1 &
+configuration compute_75_cap48 "compute_75 PTX, 48 KB a block" build/compute_75 48 > "$work/compute_75_cap48.out" 2>&1 &
+wait
+for name in "${names[@]}"; do cat "$work/$name.out"; done
+passed=$(cat "$work"/*.out | grep -c '^ok')
+failed=$(cat "$work"/*.out | grep -c '^FAIL')
+check "compute_75 PTX runs the FP32-core attention and plain FP32 products" \
+  eval "attention_row compute_75 | grep -q '^FP32 cores' && grep -q 'FP32 (plain), every -f' '$work/compute_75_a.log'"
+check "compute_80 PTX runs mma.sync (no wgmma) and TF32 products" \
+  eval "attention_row compute_80 | grep -q '^mma.sync forward, mma.sync backward' && grep -qE '^\| matmul precision +\| TF32 ' '$work/compute_80_a.log'"
+
+check "64 KB a block: mma.sync with 16-query dK/dV tiles (hs 64's default need 66.5 KB)" \
+  eval "attention_row cap64 | grep -q '^mma.sync forward, mma.sync backward (dQ 32 keys, dK/dV 16 queries'"
+check "48 KB a block: the FP32-core attention (the mma.sync forward's tiles need 64 KB)" \
+  eval "attention_row cap48 | grep -q '^FP32 cores'"
+check "99 KB a block: the tensor-core kernels with the default tiles at hs 64" \
+  eval "attention_row cap99 | grep -qE 'mma.sync backward \(dQ 32 keys, dK/dV 64 queries'"
+if [ -x dev/cuda/attention ]; then
+  check "99 KB a block: the lab's attention check (hs 32, 64, 128: small dQ and dK/dV tiles at 128)" \
+    eval "GPT2_TEST_SHARED_KB=99 dev/cuda/attention --small 2 3 > '$work/lab99.log' 2>&1 || { tail -n 20 '$work/lab99.log'; false; }"
+else
+  echo "SKIPPED (dev/cuda/attention not built): the lab's attention check at 99 KB"
+fi
+echo "$passed passed, $failed failed (other paths: $((SECONDS - start)) s)"
+[ "$failed" -eq 0 ]
