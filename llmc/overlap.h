@@ -27,7 +27,7 @@ struct OverlapChoice {
 // of the moves, but NCCL's kernels beside the passes slow them more (d12, d24, d48: 64.6 / 170.9 /
 // 366.9 ms a step off, 65.6 / 173.9 / 374.2 on; fewer CTAs move too slowly to hide); over host
 // shared memory it hides 255 of d48's 268 ms at no cost (597.9 -> 521.1 ms), and a network is
-// slower still. The model's size and the micro-steps did not change the answer.
+// slower still. The model's size did not change the answer over NVLink (d12 to d48).
 // The link NCCL will take between ranks on `hosts` hosts: its own environment switches first
 // (NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1), then whether this GPU reaches the others' memory.
 static inline Link overlap_link(int hosts, bool peer_access, const char* p2p_disable, const char* shm_disable) {
