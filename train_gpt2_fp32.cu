@@ -1406,10 +1406,9 @@ __host__ __device__ constexpr int flash_dkdv_min_blocks(int hs, bool split) { re
 // registers; for hs = 128 those stay in shared memory and are re-read per tile.
 __host__ __device__ constexpr bool flash_holds_rows(int hs) { return hs <= 64; }
 
-// Each kernel's dynamic shared memory in bytes: the double-buffered tiles, and the tiles of the
-// rows not held in registers.
-// The backward kernels' outputs leave through shared memory too (store_columns: hs rows of
-// FLASH_STAGE_STRIDE), so theirs is at least that.
+// Each kernel's dynamic shared memory in bytes: the double-buffered tiles and the tiles of the rows
+// not held in registers; the backward kernels' outputs also leave through it (store_columns: hs
+// rows of FLASH_STAGE_STRIDE), so theirs is at least that.
 constexpr int FLASH_STAGE_STRIDE = FLASH_ROWS + 4;  // float4-aligned, and fewer bank conflicts
 constexpr size_t flash_held_rows(int hs) { return flash_holds_rows(hs) ? 0 : 2 * FLASH_ROWS * hs; }
 constexpr size_t flash_forward_shared(int hs) { return 4 * flash_forward_keys(hs) * hs * sizeof(float); }
@@ -1726,7 +1725,6 @@ __device__ void drain_columns(float* dst_t, size_t tokens, const float* stage, i
 // row_scale; a warp's at warp_row + transposed_row) go to stage[d][row], then to dst_t and
 // column_sums (drain_columns). stage: HS x FLASH_STAGE_STRIDE floats, free once the CTA is past its
 // last tile.
-
 template <int HS>
 __device__ void store_columns(float* dst_t, size_t tokens, const float acc[HS / 16][2][4], const float row_scale[4],
                               int cta_row0, int warp_row, int T, float* column_sums, float* stage, int g, int q) {
@@ -3796,11 +3794,14 @@ static void dp_init(DataParallel* dp, const size_t* param_sizes, size_t num_para
     bool layered[NUM_PARAMETER_TENSORS];
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { layered[i] = PARAMETER_TENSORS[i].per_layer; }
     dp->buckets = zero_gradient_buckets(param_sizes, layered, NUM_PARAMETER_TENSORS, layers);
+    auto messages = [&](const std::vector<ZeroRange>& ranges, bool to_owners) {
+        return zero_messages(ranges, num_parameters, g_comm.rank, world, to_owners, COMM_MESSAGE_FLOATS);
+    };
     for (const std::vector<ZeroRange>& bucket : dp->buckets) {
-        dp->to_owners.push_back(zero_messages(bucket, num_parameters, g_comm.rank, world, true, COMM_MESSAGE_FLOATS));
-        dp->from_owners.push_back(zero_messages(bucket, num_parameters, g_comm.rank, world, false, COMM_MESSAGE_FLOATS));
+        dp->to_owners.push_back(messages(bucket, true));
+        dp->from_owners.push_back(messages(bucket, false));
     }
-    dp->all_to_owners = zero_messages({{0, num_parameters}}, num_parameters, g_comm.rank, world, true, COMM_MESSAGE_FLOATS);
+    dp->all_to_owners = messages({{0, num_parameters}}, true);
     dp->gathered.resize(dp->buckets.size());
     for (cudaEvent_t& event : dp->gathered) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
 }
@@ -3813,7 +3814,9 @@ static void dp_free(DataParallel* dp) {
 }
 
 // Whether the backward pass sends its buckets: with the overlap, on a step's last micro-step.
-static bool dp_sends_buckets(const DataParallel* dp, bool last_micro) { return g_comm.world > 1 && dp->overlap && last_micro; }
+static bool dp_sends_buckets(const DataParallel* dp, bool last_micro) {
+    return g_comm.world > 1 && dp->overlap && last_micro;
+}
 
 // g_comm.stream waits for the work queued so far on `stream` (in a captured pass, this joins it to
 // the capture: the move becomes part of the graph).
@@ -3825,8 +3828,10 @@ static void dp_join(DataParallel* dp) { stream_waits(0, g_comm.stream, dp->joine
 // has made g_comm.stream wait for them); earlier micro-steps' sum `earlier` (or nullptr) is first
 // added to it: the same additions, in the same order, as gpt2_end_micro_step's.
 static void dp_send_bucket(DataParallel* dp, size_t k, float* grads, const float* earlier) {
-    for (ZeroRange range : dp->buckets[k]) {
-        if (earlier != nullptr) { add_inplace(grads + range.begin, earlier + range.begin, range.end - range.begin, g_comm.stream); }
+    if (earlier != nullptr) {
+        for (ZeroRange r : dp->buckets[k]) {
+            add_inplace(grads + r.begin, earlier + r.begin, r.end - r.begin, g_comm.stream);
+        }
     }
     comm_post(&g_comm, dp->to_owners[k], grads, dp->received);
 }
@@ -4550,7 +4555,8 @@ static void gpt2_backward_launches(GPT2* model) {
 static void gpt2_backward(GPT2* model) {
     if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
     model->grads_pending = false;
-    GraphKey key = {1, model->B, model->T, (int64_t)model->grads.wte, dp_sends_buckets(&model->dp, model->last_micro), 0};
+    bool sends = dp_sends_buckets(&model->dp, model->last_micro);  // the moves are part of the graph
+    GraphKey key = {1, model->B, model->T, (int64_t)model->grads.wte, sends, 0};
     model->graphs.run(key, [&] { gpt2_backward_launches(model); });
 }
 
@@ -4648,10 +4654,10 @@ static const StepStats* gpt2_wait_stats(const GPT2* model, int slot) {
 static void gpt2_free(GPT2* model) {
     model->graphs.clear();
     dp_free(&model->dp);
-    void* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory, model->micro_grads_memory, model->norm_partials,
-                       model->loss_shares, model->acts_memory, model->reduce_partials, model->stats,
-                       model->inputs, model->targets, model->num_buckets, model->bucket_tokens,
-                       model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
+    void* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+                       model->micro_grads_memory, model->norm_partials, model->loss_shares, model->acts_memory,
+                       model->reduce_partials, model->stats, model->inputs, model->targets, model->num_buckets,
+                       model->bucket_tokens, model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
                        model->group_counters, model->weights_t_memory, model->reduce_counters,
                        model->side_partials, model->side_counters};
     for (void* buffer : buffers) { device_free(buffer); }

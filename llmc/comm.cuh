@@ -138,13 +138,12 @@ constexpr size_t COMM_MESSAGE_FLOATS = (size_t)1 << 24;
 static void comm_post(const Comm* comm, const std::vector<ZeroMessage>& messages, const float* source, float* dest) {
     if (comm->world == 1 || messages.empty()) { return; }
 #ifdef USE_NCCL
-    ncclComm_t nccl = comm->nccl;
     ncclCheck(ncclGroupStart());
     for (const ZeroMessage& m : messages) {
         if (m.send) {
-            ncclCheck(ncclSend(source + m.offset, m.count, ncclFloat, m.peer, nccl, comm->stream));
+            ncclCheck(ncclSend(source + m.offset, m.count, ncclFloat, m.peer, comm->nccl, comm->stream));
         } else {
-            ncclCheck(ncclRecv(dest + m.offset, m.count, ncclFloat, m.peer, nccl, comm->stream));
+            ncclCheck(ncclRecv(dest + m.offset, m.count, ncclFloat, m.peer, comm->nccl, comm->stream));
         }
     }
     ncclCheck(ncclGroupEnd());
