@@ -3663,22 +3663,38 @@ __global__ void adamw_kernel(float4* params, float4* m_memory, float4* v_memory,
 }
 
 // Global gradient norm and clipping, as torch.nn.utils.clip_grad_norm_, in two kernels so that
-// the ranks of a data-parallel run can exchange the partial sums in between: block b of
-// grad_norm_partials_kernel sums the squares of chunk first_chunk + b (ZERO_CHUNK floats) into
-// partials[first_chunk + b]; grad_norm_finish_kernel sums partials[0..num_chunks) in a fixed
-// order into ||g|| and decides the update (UpdateGuard): skipped if the loss or the norm is not
-// finite, or if the norm is a spike (more than spike_z standard deviations above the recent
-// norms' mean); else clipped by min(1, max_norm / (||g|| + 1e-6)) (1 if max_norm <= 0), and Adam's
-// step count advances. The chunks do not depend on the number of ranks, so neither does the norm.
+// the ranks of a data-parallel run can exchange their shares of the step in between (StepShares):
+// block b of grad_norm_partials_kernel sums the squares of chunk first_chunk + b (ZERO_CHUNK
+// floats) into the rank's share; grad_norm_finish_kernel combines the ranks' losses and stop
+// requests, sums the partials in chunk order into ||g|| and decides the update (UpdateGuard):
+// skipped if the loss or the norm is not finite, or if the norm is a spike (more than spike_z
+// standard deviations above the recent norms' mean); else clipped by min(1, max_norm / (||g|| +
+// 1e-6)) (1 if max_norm <= 0), and Adam's step count advances. The chunks do not depend on the
+// number of ranks, so neither does the norm.
 constexpr int GRAD_NORM_THREADS = 1024;
 
-__global__ void grad_norm_partials_kernel(float* partials, const float4* grads, size_t n4, size_t first_chunk) {
-    size_t chunk = first_chunk + blockIdx.x;
-    size_t begin = chunk * (ZERO_CHUNK / 4), end = min(n4, begin + ZERO_CHUNK / 4);
+// The ranks' shares of a step lie one after the other, so that one all-gather hands every rank
+// all of them: rank r's (floats() floats at r * floats()) holds the norm's partial sums of its
+// chunks (ZeroShard's chunks_per_rank; the last rank's may end early), then r's loss and its stop
+// request (1 if a signal asked it to stop).
+struct StepShares {
+    size_t num_chunks, chunks_per_rank;
+    int world;
+    __host__ __device__ size_t floats() const { return chunks_per_rank + 2; }
+    __host__ __device__ size_t partial(size_t chunk) const {
+        return chunk / chunks_per_rank * floats() + chunk % chunks_per_rank;
+    }
+    __host__ __device__ size_t loss(int rank) const { return rank * floats() + chunks_per_rank; }
+    __host__ __device__ size_t stop(int rank) const { return loss(rank) + 1; }
+};
+
+// own_partials[b] = the sum of squares of chunk first_chunk + b
+__global__ void grad_norm_partials_kernel(float* own_partials, const float4* grads, size_t n4, size_t first_chunk) {
+    size_t begin = (first_chunk + blockIdx.x) * (ZERO_CHUNK / 4), end = min(n4, begin + ZERO_CHUNK / 4);
     float sum = 0.0f;
     for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) { sum += sum4(grads[i] * grads[i]); }
     sum = block_sum(sum);
-    if (threadIdx.x == 0) { partials[chunk] = sum; }
+    if (threadIdx.x == 0) { own_partials[blockIdx.x] = sum; }
 }
 
 struct UpdateGuard {
@@ -3687,11 +3703,21 @@ struct UpdateGuard {
     float beta1, beta2;
 };
 
-__global__ void grad_norm_finish_kernel(StepStats* stats, const float* partials, size_t num_chunks, UpdateGuard guard) {
+// The loss is summed in rank order; a stop if any rank asked for one.
+__global__ void grad_norm_finish_kernel(StepStats* stats, const float* shares, StepShares layout, UpdateGuard guard) {
     float total = 0.0f;
-    for (size_t chunk = threadIdx.x; chunk < num_chunks; chunk += blockDim.x) { total += partials[chunk]; }
+    for (size_t chunk = threadIdx.x; chunk < layout.num_chunks; chunk += blockDim.x) {
+        total += shares[layout.partial(chunk)];
+    }
     total = block_sum(total);
     if (threadIdx.x != 0) { return; }
+    float loss = shares[layout.loss(0)], stop = shares[layout.stop(0)];
+    for (int r = 1; r < layout.world; r++) {
+        loss += shares[layout.loss(r)];
+        stop = fmaxf(stop, shares[layout.stop(r)]);
+    }
+    stats->loss = loss;
+    stats->stop_requested = stop != 0.0f;
     float norm = sqrtf(total);
     bool finite = isfinite(norm) && isfinite(stats->loss);
     float z = finite && guard.spike_z > 0.0f ? (float)outlier_zscore(&stats->recent_norms, norm) : 0.0f;
@@ -3706,18 +3732,19 @@ __global__ void grad_norm_finish_kernel(StepStats* stats, const float* partials,
     stats->bias_correction2_sqrt = sqrtf(1.0f - powf(guard.beta2, (float)t));
 }
 
-// The partial sums of chunks [first_chunk, end_chunk) of grads (num_parameters floats).
-static void grad_norm_partials(float* partials, const float* grads, size_t num_parameters, size_t first_chunk,
+// The partial sums of chunks [first_chunk, end_chunk) of grads (num_parameters floats) into
+// own_partials (the rank's share).
+static void grad_norm_partials(float* own_partials, const float* grads, size_t num_parameters, size_t first_chunk,
                                size_t end_chunk, cudaStream_t stream = 0) {
     if (end_chunk == first_chunk) { return; }
     grad_norm_partials_kernel<<<end_chunk - first_chunk, GRAD_NORM_THREADS, 0, stream>>>(
-        partials, (const float4*)grads, num_parameters / 4, first_chunk);
+        own_partials, (const float4*)grads, num_parameters / 4, first_chunk);
     cudaCheck(cudaGetLastError());
 }
 
-static void grad_norm_finish(StepStats* stats, const float* partials, size_t num_chunks, UpdateGuard guard,
+static void grad_norm_finish(StepStats* stats, const float* shares, StepShares layout, UpdateGuard guard,
                              cudaStream_t stream = 0) {
-    grad_norm_finish_kernel<<<1, GRAD_NORM_THREADS, 0, stream>>>(stats, partials, num_chunks, guard);
+    grad_norm_finish_kernel<<<1, GRAD_NORM_THREADS, 0, stream>>>(stats, shares, layout, guard);
     cudaCheck(cudaGetLastError());
 }
 
@@ -3745,18 +3772,6 @@ static void ordered_sum(float* dst, const float* received, size_t stride, size_t
     ordered_sum_kernel<<<ceil_div(n / 4, 256), 256, 0, comm->stream>>>((float4*)dst, (const float4*)received,
                                                                         stride / 4, n / 4, comm->rank, comm->world);
     cudaCheck(cudaGetLastError());
-}
-
-// The ranks' shares (loss, stop request) of a step, shares[2r], shares[2r + 1]: the loss summed in
-// rank order, and a stop if any rank asked for one.
-__global__ void combine_shares_kernel(StepStats* stats, const float* shares, int world) {
-    float loss = shares[0], stop = shares[1];
-    for (int r = 1; r < world; r++) {
-        loss += shares[2 * r];
-        stop = fmaxf(stop, shares[2 * r + 1]);
-    }
-    stats->loss = loss;
-    stats->stop_requested = stop != 0.0f;
 }
 
 // The moves of a step, all on g_comm.stream, as a few entry points; with one rank each returns at
@@ -4019,8 +4034,8 @@ struct GPT2 {
     int micro;                  // the micro-step in progress
     bool last_micro;            // it is the step's last
     DataParallel dp;            // the moves between ranks
-    float* norm_partials;  // gradient norm: one sum of squares per chunk, world * chunks_per_rank
-    float* loss_shares;    // the ranks' (loss, stop request) of a step, 2 * world
+    StepShares share_layout;
+    float* step_shares;  // every rank's share of a step: the norm's partials, loss, stop request
     float* wte_t;                   // wte^T by vocabulary chunks (transpose_wte), for dlnf; rebuilt whenever
                                     // the parameters change (gpt2_transpose_wte)
     LayerWeightsT layer_weights_t[2];  // layer l's in slot l % 2 during the backward pass
@@ -4073,16 +4088,15 @@ static void validate_config(const ModelShape* c, const char* source) {
     }
 }
 
-// What the moves between ranks need (the buckets, the owners' slots), the norm's partial sums,
-// the loss shares.
+// What the moves between ranks need (the buckets, the owners' slots), the ranks' shares of a step.
 static void gpt2_allocate_comm(GPT2* model) {
     int world = g_comm.world;
     dp_init(&model->dp, model->param_sizes, model->num_parameters, model->config.num_layers,
             model->shard.chunks_per_rank);
-    size_t norm_partials = world * model->shard.chunks_per_rank;
-    model->norm_partials = (float*)device_malloc(norm_partials * sizeof(float), "gradient norm partials");
-    cudaCheck(cudaMemset(model->norm_partials, 0, norm_partials * sizeof(float)));
-    model->loss_shares = (float*)device_malloc(2 * world * sizeof(float), "loss shares");
+    model->share_layout = StepShares{model->shard.num_chunks, model->shard.chunks_per_rank, world};
+    size_t shares = world * model->share_layout.floats();
+    model->step_shares = (float*)device_malloc(shares * sizeof(float), "step shares");
+    cudaCheck(cudaMemset(model->step_shares, 0, shares * sizeof(float)));
 }
 
 // The step statistics start with no update applied and an empty spike window of `window` norms.
@@ -4567,29 +4581,15 @@ static void gpt2_wait_for_comm(GPT2* model, cudaEvent_t* marks) {
     if (marks != nullptr) { cudaCheck(cudaEventRecord(marks[1])); }
 }
 
-// The step's loss and stop request, combined over the ranks on every rank, so that all of them
-// make the same decisions (skip, stop) from the same numbers.
-static void gpt2_share_step_stats(GPT2* model) {
-    const Comm* comm = &g_comm;
-    float* own = model->loss_shares + 2 * comm->rank;
-    cudaCheck(cudaMemcpyAsync(own, &model->stats->loss, sizeof(float), cudaMemcpyDeviceToDevice));
-    cudaCheck(cudaMemcpyAsync(own + 1, model->stop_request, sizeof(float), cudaMemcpyHostToDevice));
-    if (comm->world > 1) {
-        dp_comm_waits(&model->dp, 0);
-        comm_all_gather(comm, model->loss_shares, 2);
-        dp_join(&model->dp);
-    }
-    combine_shares_kernel<<<1, 1>>>(model->stats, model->loss_shares, comm->world);
-    cudaCheck(cudaGetLastError());
-}
-
 // AdamW step on the accumulated gradients, clipped to a global norm of max_norm (none if <= 0),
 // or skipped when the loss or norm is not finite or the norm is a spike (spike_z > 0); the
 // decision and the norm stay on the device (gpt2_read_stats reads them). With several ranks
-// (ZeRO-1), each owner sums the ranks' gradients of its slice (dp_reduce), the norm's partial sums
-// are shared, each rank updates its slice, and every rank gathers the parameters (dp_gather).
-// comm_marks: 6 timing events around the three waits for communication (the gradients, the
-// norm's partials, the parameters: with the overlap, only the embeddings' bucket), or nullptr.
+// (ZeRO-1), each owner sums the ranks' gradients of its slice (dp_reduce), the ranks' shares of the
+// step (the norm's partial sums, the loss, a stop request) go to every rank, so that all make the
+// same decisions (skip, stop) from the same numbers, each rank updates its slice, and every rank
+// gathers the parameters (dp_gather). comm_marks: 6 timing events around the three waits for
+// communication (the gradients, the shares, the parameters: with the overlap, only the
+// embeddings' bucket), or nullptr.
 static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                         float max_norm, float spike_z, cudaEvent_t* comm_marks = nullptr) {
     const ZeroShard* shard = &model->shard;
@@ -4598,15 +4598,18 @@ static void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float e
     auto marks = [&](int wait) { return comm_marks != nullptr ? comm_marks + 2 * wait : nullptr; };
     dp_reduce(dp, model->grads_memory, shard);
     if (several) { gpt2_wait_for_comm(model, marks(0)); }
-    gpt2_share_step_stats(model);
-    grad_norm_partials(model->norm_partials, model->grads_memory, model->num_parameters, shard->first_chunk,
-                       shard->end_chunk);
+    const StepShares& layout = model->share_layout;
+    float* own = model->step_shares + g_comm.rank * layout.floats();
+    grad_norm_partials(own, model->grads_memory, model->num_parameters, shard->first_chunk, shard->end_chunk);
+    float* own_loss = own + layout.chunks_per_rank;
+    cudaCheck(cudaMemcpyAsync(own_loss, &model->stats->loss, sizeof(float), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpyAsync(own_loss + 1, model->stop_request, sizeof(float), cudaMemcpyHostToDevice));
     if (several) {
         dp_comm_waits(dp, 0);
-        comm_all_gather(&g_comm, model->norm_partials, shard->chunks_per_rank);
+        comm_all_gather(&g_comm, model->step_shares, layout.floats());
         gpt2_wait_for_comm(model, marks(1));
     }
-    grad_norm_finish(model->stats, model->norm_partials, shard->num_chunks, UpdateGuard{max_norm, spike_z, beta1, beta2});
+    grad_norm_finish(model->stats, model->step_shares, layout, UpdateGuard{max_norm, spike_z, beta1, beta2});
     TensorTable table = tensor_table(model->param_sizes);
     size_t owned4 = (shard->end - shard->begin) / 4;
     if (owned4 > 0) {
@@ -4655,7 +4658,7 @@ static void gpt2_free(GPT2* model) {
     model->graphs.clear();
     dp_free(&model->dp);
     void* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                       model->micro_grads_memory, model->norm_partials, model->loss_shares, model->acts_memory,
+                       model->micro_grads_memory, model->step_shares, model->acts_memory,
                        model->reduce_partials, model->stats, model->inputs, model->targets, model->num_buckets,
                        model->bucket_tokens, model->bucket_starts, model->bucket_positions, model->bucket_groups, model->group_bounds,
                        model->group_counters, model->weights_t_memory, model->reduce_counters,

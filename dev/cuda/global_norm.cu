@@ -124,9 +124,9 @@ static void launch_variant(int variant, const Buffers& d) {
         cudaCheck(cudaGetLastError());
         finalize_kernel<<<1, BLOCK>>>(d.norm_scale, d.partials, resident, MAX_NORM);
     } else if (variant == 4) {
-        size_t chunks = zero_div_up(d.n, ZERO_CHUNK);
+        size_t chunks = zero_div_up(d.n, ZERO_CHUNK);  // one rank's share: the partials, loss 0, no stop
         grad_norm_partials(d.partials, d.grads, d.n, 0, chunks);
-        grad_norm_finish(d.stats, d.partials, chunks, UpdateGuard{MAX_NORM, 0.0f, 0.9f, 0.95f});
+        grad_norm_finish(d.stats, d.partials, StepShares{chunks, chunks, 1}, UpdateGuard{MAX_NORM, 0.0f, 0.9f, 0.95f});
         cudaCheck(cudaMemcpyAsync(d.norm_scale, &d.stats->grad_norm, 2 * sizeof(float), cudaMemcpyDeviceToDevice));
     } else {
         scalar_last_block_kernel<<<SCALAR_BLOCKS, BLOCK>>>(d.norm_scale, d.partials, d.counter, d.grads, d.n, MAX_NORM);
@@ -141,8 +141,9 @@ int main(int argc, char** argv) {
     Buffers d = {};
     for (size_t size : sizes) { d.n += size; }
     if (d.n % 4 != 0) { fail("%zu gradients: not a multiple of 4", d.n); }
-    d.norm_scale = gpu_floats(2), d.grads = gpu_floats(d.n), d.partials = gpu_floats(std::max({(size_t)SCALAR_BLOCKS, zero_div_up(d.n, ZERO_CHUNK), (size_t)(2 * g_num_sms)}));
+    d.norm_scale = gpu_floats(2), d.grads = gpu_floats(d.n), d.partials = gpu_floats(std::max({(size_t)SCALAR_BLOCKS, zero_div_up(d.n, ZERO_CHUNK) + 2, (size_t)(2 * g_num_sms)}));
     d.total = gpu_floats(1), d.counter = (unsigned int*)gpu_ints(1);
+    cudaCheck(cudaMemset(d.partials, 0, (zero_div_up(d.n, ZERO_CHUNK) + 2) * sizeof(float)));  // variant 4's loss, stop
     cudaCheck(cudaMemset(d.counter, 0, sizeof(unsigned int)));
     StepStats stats = {};  // a finite loss, an empty spike window
     outlier_init(&stats.recent_norms, 2);
