@@ -17,7 +17,9 @@
 # and auto keeping the bits; ranks given different flags or a -d that does not divide stop at start;
 # a peer killed without a supervisor. --overlap on (the moves beside the passes) at every N: the
 # ReLU runs, and 2 GPUs x 2 micro-steps (the sent buckets add the earlier micro-step first).
-# Takes about 2 minutes at 2 GPUs and 1.5 more at 4; prints the elapsed time at the end.
+# The one-GPU runs a check compares against run beside the N-GPU runs; with 4 GPUs or more, the
+# 2-GPU checks and the 2-GPU-only ones run at the same time on two pairs of GPUs. Each part's output
+# is printed whole, in order, with its time; the elapsed time at the end.
 # TRAINER replaces ./train_gpt2_fp32 and TEST_GPUS the GPU count (to test this script on a CPU).
 set -u
 cd "$(dirname "$0")/../.."
@@ -45,7 +47,7 @@ same_or_show() { same_numbers "$1" "$2" || { grep -iE "error|step +16/" "$2" | t
 same_from() {  # same_from STEP A B: the numbers of A and B from STEP on, the same and not empty
   [ -n "$(numbers_from "$2" "$1")" ] && diff <(numbers_from "$2" "$1") <(numbers_from "$3" "$1") > /dev/null
 }
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 20000))  # each part (below) takes ports from its own hundred
 next_port() { port=$((port + 1)); }
 # until_line PATTERN LOG PID: waits (60 s at most) until LOG has a line matching PATTERN or PID is gone
 until_line() {
@@ -132,7 +134,6 @@ split_rows() {  # split_rows N ONE_GPU_LOG N_GPU_LOG
   grep -qE "val data.* 9 rows split over $1 GPUs" "$3" || { echo "      $(grep 'val data' "$3")"; return 1; }
   same_val "$2" "$3"
 }
-declare -A val0  # "log name" -> its validation loss at step 0
 
 # --------------------------------------------------------------------------------------------
 # The checks at N GPUs
@@ -141,16 +142,19 @@ checks_at() {
   echo "--- $N GPUs"
   # 1 GPU with N micro-steps against N GPUs: softmax (with checkpoints at 8 and 16, and --eval at
   # the end), then ReLU with 9 validation rows; each GPU count writes its own eval report
-  local ck="-x 16 -d $D -n 8 --eval $eval_file"
-  train "$work/one_softmax_$N.log" $flags -A softmax $ck -o "$work/ck_one_$N" --eval-report "$work/report_one_$N.txt"
+  local ck="-x 16 -d $D -n 8 --eval $eval_file" ones=()
+  train "$work/one_softmax_$N.log" $flags -A softmax $ck -o "$work/ck_one_$N" --eval-report "$work/report_one_$N.txt" &
+  ones+=($!)
+  train "$work/one_relu_$N.log" $uneven -x 8 -d "$DR" &
+  ones+=($!)
   train "$work/gpus_softmax_$N.log" $flags -A softmax $ck -o "$work/ck_gpus_$N" --eval-report "$work/report_gpus_$N.txt" \
     --gpus "$N"
+  train "$work/gpus_relu_$N.log" $uneven -x 8 -d "$DR" --gpus "$N" --overlap on
+  wait "${ones[@]}"
   check "softmax: $N GPUs = 1 GPU with $N micro-steps, bit for bit" \
     same_or_show "$work/one_softmax_$N.log" "$work/gpus_softmax_$N.log"
   check "eval: report and accuracy on $N GPUs = on 1 GPU" \
     same_eval "$work/one_softmax_$N.log" "$work/report_one_$N.txt" "$work/gpus_softmax_$N.log" "$work/report_gpus_$N.txt"
-  train "$work/one_relu_$N.log" $uneven -x 8 -d "$DR"
-  train "$work/gpus_relu_$N.log" $uneven -x 8 -d "$DR" --gpus "$N" --overlap on
   check "ReLU, B=3, --overlap on: $N GPUs = 1 GPU with $N micro-steps, bit for bit" \
     same_or_show "$work/one_relu_$N.log" "$work/gpus_relu_$N.log"
   check "the configuration table says what --overlap chose and why" \
@@ -158,34 +162,32 @@ checks_at() {
   check "... and auto says which link it saw" grep -qE '^\| overlap +\| (on|off) \(auto: ' "$work/gpus_softmax_$N.log"
   check "validation: 9 rows split over $N GPUs (the row says so), the val losses of 1 GPU" \
     split_rows "$N" "$work/one_relu_$N.log" "$work/gpus_relu_$N.log"
-  local log
-  for log in one_relu_$N gpus_relu_$N one_softmax_$N gpus_softmax_$N; do
-    val0[$log]=$(grep -E '^step 0: val loss' "$work/$log.log")
-  done
 
   # checkpoints between GPU counts, from the step-8 checkpoints of the runs above
   from_step "$work/ck_one_$N" 8 "$work/r_one_$N"
   from_step "$work/ck_gpus_$N" 8 "$work/r_gpus_$N"
   local resume="$flags -A softmax -x 16 -d $D -n 8 -y 1"
-  train "$work/one_to_$N.log" $resume -o "$work/r_one_$N" --gpus "$N"
+  train "$work/one_to_$N.log" $resume -o "$work/r_one_$N" --gpus "$N" &
+  local half_flags
+  half_flags=$([ "$half" = 1 ] || echo "--gpus $half")
+  if [ "$half" != 1 ]; then  # N/2 GPUs with 2 micro-steps each add in another order than N GPUs: against 1 -> N/2
+    from_step "$work/ck_one_$N" 8 "$work/r_one_half_$N"
+    train "$work/one_to_${half}_$N.log" $resume -o "$work/r_one_half_$N" --gpus "$half" &
+  fi
+  # shellcheck disable=SC2086  # half_flags: empty or two words
+  train "$work/${N}_to_$half.log" $resume -o "$work/r_gpus_$N" $half_flags
+  wait
   check "1 GPU -> checkpoint -> $N GPUs: steps 9-16 bit for bit" \
     same_from 9 "$work/gpus_softmax_$N.log" "$work/one_to_$N.log"
   check "... and it ran to step 16" grep -q "^step    16/16" "$work/one_to_$N.log"
-  local half_flags
-  half_flags=$([ "$half" = 1 ] || echo "--gpus $half")
-  # shellcheck disable=SC2086  # half_flags: empty or two words
-  train "$work/${N}_to_$half.log" $resume -o "$work/r_gpus_$N" $half_flags
   if [ "$half" = 1 ]; then
     check "$N GPUs -> checkpoint -> 1 GPU: steps 9-16 bit for bit" \
       same_from 9 "$work/gpus_softmax_$N.log" "$work/${N}_to_1.log"
-  else  # N/2 GPUs with 2 micro-steps each add in another order than N GPUs: against 1 -> N/2
-    rm -rf "$work/r_one_$N"
-    from_step "$work/ck_one_$N" 8 "$work/r_one_$N"
-    train "$work/one_to_${half}_$N.log" $resume -o "$work/r_one_$N" --gpus "$half"
+  else
     check "$N GPUs -> checkpoint -> $half GPUs: steps 9-16 as 1 GPU -> $half GPUs, bit for bit" \
       same_from 9 "$work/one_to_${half}_$N.log" "$work/${N}_to_$half.log"
   fi
-  rm -rf "$work/ck_one_$N" "$work/ck_gpus_$N" "$work/r_one_$N" "$work/r_gpus_$N"
+  rm -rf "$work/ck_one_$N" "$work/ck_gpus_$N" "$work/r_one_$N" "$work/r_one_half_$N" "$work/r_gpus_$N"
 
   check "$N GPUs, missing data: one error line, non-zero" \
     errors_once "missing_" "$trainer" $flags -x 4 --gpus "$N" -i "$work/missing_*.bin"
@@ -232,8 +234,9 @@ signal_one_rank() {  # SIGTERM to the last rank only: all stop after the same st
   for status in "${statuses[@]}"; do [ "$status" = 75 ] || return 1; done
   [ -n "$stopped" ] || return 1
   local until=$((stopped + 5))
-  train "$work/sig_straight_$N.log" $flags -x 400 -d "$D" -v 0 --stop-at $until
+  train "$work/sig_straight_$N.log" $flags -x 400 -d "$D" -v 0 --stop-at $until &
   train "$work/sig_resumed_$N.log" $flags -x 400 -d "$D" -v 0 -n 400 -o "$work/signalled_$N" -y 1 --stop-at $until
+  wait $!
   rm -rf "$work/signalled_$N"
   [ -n "$(grep checksum "$work/sig_straight_$N.log")" ] &&
     [ "$(grep checksum "$work/sig_straight_$N.log")" = "$(grep checksum "$work/sig_resumed_$N.log")" ]
@@ -242,12 +245,14 @@ signal_one_rank() {  # SIGTERM to the last rank only: all stop after the same st
 # --------------------------------------------------------------------------------------------
 # At 2 GPUs only: the transports, micro-steps, step times, launchers and start-up failures
 checks_at_2_only() {
-  local start=$SECONDS one="$work/one_softmax_2.log" same="-x 16 -d 2048"
+  local start=$SECONDS one="$work/one_2only.log" same="-x 16 -d 2048"
   echo "--- 2 GPUs only"
-  clipped() { grep '^step' "$1" | sed 's/.*norm \([0-9.]*\).*/\1/' | awk '$1 > 0.5 { n++ } END { exit !(n > 0) }'; }
-  check "clipping was active (a norm above -gc 0.5)" clipped "$one"
+  train "$one" $flags $same &  # the 1-GPU run the launchers' runs must match, beside the socket run
   # shellcheck disable=SC2086
   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 train "$work/socket.log" $flags $same --gpus 2
+  wait $!
+  clipped() { grep '^step' "$1" | sed 's/.*norm \([0-9.]*\).*/\1/' | awk '$1 > 0.5 { n++ } END { exit !(n > 0) }'; }
+  check "clipping was active (a norm above -gc 0.5)" clipped "$one"
   check "socket transport (as between nodes): bit for bit" same_or_show "$one" "$work/socket.log"
 
   # 4 micro-steps on 1 GPU, 2 on each of 2 GPUs: honest step times; 2 x 2 twice: the same bits
@@ -277,8 +282,10 @@ checks_at_2_only() {
   fi
   if command -v mpirun > /dev/null; then
     next_port
+    local visible=()
+    [ -z "${CUDA_VISIBLE_DEVICES:-}" ] || visible=(-x CUDA_VISIBLE_DEVICES)
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 -x NCCL_NVLS_ENABLE -x MASTER_PORT=$port \
-      "$trainer" $flags $same > "$work/mpirun.log" 2>&1
+      "${visible[@]}" "$trainer" $flags $same > "$work/mpirun.log" 2>&1
     check "mpirun -np 2: bit for bit" same_or_show "$one" "$work/mpirun.log"
   else
     echo "SKIPPED (no mpirun): mpirun -np 2"
@@ -349,21 +356,54 @@ killed_peer() {  # torchrun-style ranks, no supervisor: rank 1 is killed, rank 0
   [ $status -ne 0 ] && [ $((SECONDS - start)) -le 30 ]
 }
 
+# part NAME K GPUS FUNCTION ARGS...: FUNCTION's checks in a subshell, on the GPUs GPUS (ids, comma
+# separated; empty: every visible one), with the K-th hundred of ports above $port; its output to
+# $work/NAME.out, its pass and fail counts to $work/NAME.counts
+part() {
+  local name=$1 hundred=$2 on=$3
+  shift 3
+  (
+    passed=0 failed=0 port=$((port + 100 * hundred))
+    [ -z "$on" ] || export CUDA_VISIBLE_DEVICES=$on
+    "$@"
+    echo "$passed $failed" > "$work/$name.counts"
+  ) > "$work/$name.out" 2>&1
+}
+# show_part NAME: its output, and its counts added to this shell's
+show_part() {
+  local p=0 f=1
+  cat "$work/$1.out"
+  [ -s "$work/$1.counts" ] && read -r p f < "$work/$1.counts"
+  passed=$((passed + p)) failed=$((failed + f))
+}
+
 counts=2
 [ "$gpus" -ge 4 ] && counts="$counts 4"
 [ "$gpus" -ge 8 ] && counts="$counts 8"
-for N in $counts; do
-  checks_at "$N"
-  [ "$N" = 2 ] && checks_at_2_only
+mapfile -t gpu_ids < <(scripts/visible_gpus.sh --ids 2> /dev/null)
+if [ "${#gpu_ids[@]}" -ge 4 ]; then  # two pairs of GPUs: the two 2-GPU parts at the same time
+  part at_2 1 "${gpu_ids[0]},${gpu_ids[1]}" checks_at 2 &
+  part only_2 2 "${gpu_ids[2]},${gpu_ids[3]}" checks_at_2_only
+  wait
+else
+  part at_2 1 "" checks_at 2
+  part only_2 2 "" checks_at_2_only
+fi
+show_part at_2
+show_part only_2
+for N in ${counts#2}; do
+  part "at_$N" 3 "" checks_at "$N"
+  show_part "at_$N"
 done
 # the validation loss before training: one value at every GPU count, both row layouts
 same_val0() {
-  local name first=
+  local name val first=
   for name in "$@"; do
-    echo "      $name: ${val0[$name]:-none}"
-    [ -n "${val0[$name]:-}" ] || return 1
-    first=${first:-${val0[$name]}}
-    [ "${val0[$name]}" = "$first" ] || return 1
+    val=$(grep -E '^step 0: val loss' "$work/$name.log")
+    echo "      $name: ${val:-none}"
+    [ -n "$val" ] || return 1
+    first=${first:-$val}
+    [ "$val" = "$first" ] || return 1
   done
 }
 relu_logs=() softmax_logs=()
