@@ -5242,7 +5242,8 @@ static void run_choose_overlap(Run* run) {
         if (other != device) { cudaCheck(cudaDeviceCanAccessPeer(&can, device, other)); }
         peer_access = peer_access && can;
     }
-    Link link = overlap_link(comm_hosts(&g_comm), peer_access, getenv("NCCL_P2P_DISABLE"), getenv("NCCL_SHM_DISABLE"));
+    Link link = overlap_link(comm_hosts(&g_comm), peer_access, nccl_link_switches_from_environment(),
+                             rdma_device_present());
     run->overlap = overlap_choose(run->args.overlap, g_comm.world, link);
     comm_check_same(&g_comm, run->overlap.on, "the overlap decisions (--overlap)");
     run->model.dp.overlap = run->overlap.on;

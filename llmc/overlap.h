@@ -4,8 +4,12 @@
 // the numbers are bit-identical.
 #pragma once
 
+#include <dirent.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include <string>
 
@@ -14,27 +18,56 @@ constexpr const char* OVERLAP_NAMES[] = {"auto", "on", "off"};  // by OverlapMod
 
 // The link between the ranks, as the run can tell it: GPUs of one host that reach each other's
 // memory (NVLink or PCIe peer to peer), one host without that (NCCL through host shared memory),
-// or a network (several hosts, or NCCL told to use neither).
-enum Link : int { LINK_PEER = 0, LINK_HOST_MEMORY = 1, LINK_NETWORK = 2 };
-constexpr const char* LINK_NAMES[] = {"GPU peer to peer", "host shared memory", "network"};
+// or NCCL's network transport (several hosts, or NCCL told to use neither of the others): RDMA
+// (InfiniBand, RoCE, or a plugin such as EFA's) or TCP sockets.
+enum Link : int { LINK_PEER = 0, LINK_HOST_MEMORY = 1, LINK_RDMA = 2, LINK_SOCKETS = 3 };
+constexpr const char* LINK_NAMES[] = {"GPU peer to peer", "host shared memory", "network, RDMA", "network, sockets"};
+
+// NCCL's environment switches that choose the link, as the run has them (nullptr: unset).
+struct NcclLinkSwitches {
+    const char* p2p_disable;  // NCCL_P2P_DISABLE
+    const char* shm_disable;  // NCCL_SHM_DISABLE
+    const char* ib_disable;   // NCCL_IB_DISABLE
+    const char* net;          // NCCL_NET: "IB", "Socket" or a plugin's name
+};
+
+static inline NcclLinkSwitches nccl_link_switches_from_environment() {
+    return {getenv("NCCL_P2P_DISABLE"), getenv("NCCL_SHM_DISABLE"), getenv("NCCL_IB_DISABLE"), getenv("NCCL_NET")};
+}
+
+// Whether the host has an InfiniBand or RoCE device (an entry in `dir`, as NCCL looks for them).
+static inline bool rdma_device_present(const char* dir = "/sys/class/infiniband") {
+    DIR* d = opendir(dir);
+    if (d == nullptr) { return false; }
+    bool found = false;
+    for (dirent* entry; !found && (entry = readdir(d)) != nullptr;) { found = entry->d_name[0] != '.'; }
+    closedir(d);
+    return found;
+}
 
 struct OverlapChoice {
     bool on;
     std::string why;  // for the configuration table
 };
 
-// Measured on 4 H100s (README "Several GPUs", 2026-11-27): over NVLink the overlap hides nearly all
+// Measured (README "Several GPUs", 2026-11-27). Over NVLink (4 H100s) the overlap hides nearly all
 // of the moves, but NCCL's kernels beside the passes slow them more (d12, d24, d48: 64.6 / 170.9 /
-// 366.9 ms a step off, 65.6 / 173.9 / 374.2 on; fewer CTAs move too slowly to hide); over host
-// shared memory it hides 255 of d48's 268 ms at no cost (597.9 -> 521.1 ms), and a network is
-// slower still. The model's size did not change the answer over NVLink (d12 to d48).
-// The link NCCL will take between ranks on `hosts` hosts: its own environment switches first
-// (NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1), then whether this GPU reaches the others' memory.
-static inline Link overlap_link(int hosts, bool peer_access, const char* p2p_disable, const char* shm_disable) {
-    auto set = [](const char* v) { return v != nullptr && v[0] == '1' && v[1] == '\0'; };
-    if (hosts > 1 || (set(p2p_disable) && set(shm_disable))) { return LINK_NETWORK; }
-    if (set(p2p_disable) || !peer_access) { return LINK_HOST_MEMORY; }
-    return LINK_PEER;
+// 366.9 ms a step off, 65.6 / 173.9 / 374.2 on; fewer CTAs move too slowly to hide); the model's
+// size did not change the answer. Over host shared memory (2 H200s, 22.9 GB/s) it hides the moves
+// at no cost (d12: 77.2 -> 71.0 ms, d48: 587.7 -> 475.9). Over sockets (2.45 GB/s) the moves are
+// most of the step, and bucket by bucket they take longer than in one piece: on is slower (d12:
+// 220.4 -> 255.0 ms, at 4 and 8 micro-steps too; d48: 2452 -> 2892). RDMA networks were not
+// measured: their rate and their moves without the CPU are those of host shared memory, so they
+// take its answer.
+// The link NCCL will take between ranks on `hosts` hosts: its switches first, then whether this GPU
+// reaches the others' memory; a network is RDMA unless NCCL_NET names sockets, NCCL_IB_DISABLE=1,
+// or the host has no RDMA device (NCCL's own order).
+static inline Link overlap_link(int hosts, bool peer_access, NcclLinkSwitches nccl, bool rdma_device) {
+    auto set = [](const char* v) { return v != nullptr && strcmp(v, "1") == 0; };
+    if (hosts == 1 && peer_access && !set(nccl.p2p_disable)) { return LINK_PEER; }
+    if (hosts == 1 && !set(nccl.shm_disable)) { return LINK_HOST_MEMORY; }
+    if (nccl.net != nullptr && nccl.net[0] != '\0') { return strcasecmp(nccl.net, "Socket") == 0 ? LINK_SOCKETS : LINK_RDMA; }
+    return rdma_device && !set(nccl.ib_disable) ? LINK_RDMA : LINK_SOCKETS;
 }
 
 static inline OverlapChoice overlap_choose(OverlapMode mode, int world, Link link) {
@@ -44,7 +77,7 @@ static inline OverlapChoice overlap_choose(OverlapMode mode, int world, Link lin
         snprintf(why, sizeof(why), "%s (--overlap %s)", OVERLAP_NAMES[mode], OVERLAP_NAMES[mode]);
         return {mode == OVERLAP_ON, why};
     }
-    bool on = link != LINK_PEER;
+    bool on = link == LINK_HOST_MEMORY || link == LINK_RDMA;
     snprintf(why, sizeof(why), "%s (auto: %s)", on ? "on" : "off", LINK_NAMES[link]);
     return {on, why};
 }

@@ -8,6 +8,7 @@
 # table last, in markdown.
 #   scripts/bench_gpus.sh [--gpus "1 2 4"] [-e "d12 d48"] [-k "softmax relu"] [-n STEPS] [-w WARM]
 #                         [-i DATA] [--no-torch] [--torch-d48] [--socket] [--sweep] [--links] [--link-models "d12 d48"]
+#                         [--link-micro "4 8"]
 # --gpus: d12 runs at each count, d48 at the first and the last (default: 1, 2, 4 as the machine
 # has them). Kinds: d12 runs softmax and ReLU, d48 softmax only; -k sets the kinds of every model;
 # -e "" runs no model rows (only --socket / --sweep / --links, with the 1-GPU baselines they need). -n steps
@@ -24,7 +25,8 @@
 # --links: 2 GPUs over NCCL's host shared memory (NCCL_P2P_DISABLE=1: the order of an InfiniBand
 #   link) and sockets (NCCL_SHM_DISABLE=1 as well: Ethernet), each link's rate measured first
 #   (scripts/link_rate.py): the --link-models (default d12 B=16 and d48 B=8) with --overlap off and
-#   on (d48 over sockets: 5 steps), and d12 at 4 and 8 micro-steps with --overlap off and on.
+#   on (d48 over sockets: 5 steps), and d12 at the --link-micro micro-steps per GPU (default 4 and 8;
+#   "" for none) with --overlap off and on.
 # Time on 4 H100s (estimated): the default bench about 6 minutes (ours: d12 ~7 s a run, d48 ~20 s;
 # most of it is PyTorch's compiles, ~15-45 s a run), --socket about 1 minute, --sweep 3.
 # Logs go to a temporary folder removed at the end, or to $BENCH_LOGS (kept) when set. TRAINER and
@@ -33,7 +35,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gpus=; models="d12 d48"; kinds=; steps=15; warm=3; torch=1; torch_d48=0; socket=0; sweep=0; links=0
-link_models="d12 d48"
+link_models="d12 d48"; link_micro="4 8"
 data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,6 +51,7 @@ while [ $# -gt 0 ]; do
     --sweep) sweep=1; shift ;;
     --links) links=1; shift ;;
     --link-models) link_models=$2; shift 2 ;;
+    --link-micro) link_micro=$2; shift 2 ;;
     *) echo "error: unknown argument $1 (see the header of $0)" >&2; exit 1 ;;
   esac
 done
@@ -192,7 +195,7 @@ if [ "$links" = 1 ]; then
         fi
       done
     done
-    for micro in 4 8; do
+    for micro in $link_micro; do
       baseline d12 softmax "$micro"
       for overlap in off on; do
         ours "${link}_micro${micro}_$overlap" d12 softmax 2 "$micro" "$overlap" "$link, --overlap $overlap" "${link_env[@]}"
