@@ -10,4 +10,4 @@ if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
 else
   ids=$(seq 0 $((count - 1)))
 fi
-if [ "${1:-}" = --ids ]; then [ -z "$ids" ] || echo "$ids"; else grep -c . <<< "$ids"; fi
+if [ "${1:-}" = --ids ]; then [ -z "$ids" ] || echo "$ids"; else grep -c . <<< "$ids" || true; fi  # 0: none

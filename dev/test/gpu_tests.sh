@@ -3,7 +3,7 @@
 # PyTorch fixtures (every -f, both attention kinds, chunked split products, a Hugging Face model,
 # decode), whole training runs, the fault tests (three parts), the TensorBoard files of a run and
 # other GPUs' paths (PTX builds, shared-memory caps); then the data-parallel runs on every GPU.
-# The one-GPU groups run at the same time, each on its own GPU where
+# The one-GPU groups run at the same time, group i on GPU i mod the count where
 # there are several, all on the one GPU where it has memory for them (24 GB: their runs are small),
 # else one after the other. Each group's output is printed whole, in order, with its time; the exit
 # status is non-zero if any group failed. Without a GPU every group prints its SKIPPED line.

@@ -6,7 +6,8 @@ tensorboard.summary.writer.event_file_writer.EventFileWriter writes through. Eve
 is not used: its first record takes time.time() and adds a source_metadata naming itself, and the
 fixture needs fixed wall times.
 
-    build/pyenv/bin/python3 dev/test/make_tensorboard_fixture.py   (python_env tensorboard makes it)
+    $PYENV_PYTHON dev/test/make_tensorboard_fixture.py   (the python that dev/test/python_env.sh's
+    `python_env tensorboard` picks)
 """
 import os
 import sys
@@ -16,7 +17,7 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "tensorboard", "events.out.tfevents.fixture")
 
-# Kept in step with dev/test/test_tensorboard.cpp's fixture_records.
+# Kept in step with dev/test/test_tensorboard.cpp's records_match_what_tensorboard_wrote.
 TEXT = "First line of a sample,\nand a second: caf\u00e9 \u2014 " + "long " * 40
 
 

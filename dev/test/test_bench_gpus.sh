@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPU test of scripts/bench_gpus.sh with a fake trainer and a fake torchrun (TRAINER, TORCHRUN): the
-# rows it runs (model rows, --socket, --sweep), the --overlap and environment each gets, the warm-up steps
+# rows it runs (model rows, --socket, --sweep, --links), the --overlap and environment each gets, the warm-up steps
 # left out of our times, scaling against the 1-GPU run with as many micro-steps, the targets, the
 # markdown table, --no-torch, a failed run stopping the bench with its log, and the GPU count
 # (scripts/visible_gpus.sh).
@@ -59,6 +59,7 @@ bench() {  # bench NAME ARGS...: the bench with the fakes, into $work/NAME.out, 
 }
 export CALLS
 row() { grep -E "^\| $2 \|" "$work/$1.out"; }  # row NAME "d12 \| softmax \| 16 \| 2 \| 1 \| default"
+fails() { ! "$@"; }
 
 check "default rows, --gpus '1 2 4': runs, exit 0" bench main --gpus "1 2 4"
 check "d12 both kinds at 1, 2, 4 GPUs and d48 at 1 and 4: 8 table rows" \
@@ -93,9 +94,9 @@ check "... socket targets: 4 micro-steps met; exposed 10 ms <= half of 30 ms met
   "grep -q 'socket, 2 GPUs x 4 micro-steps: scaling 96.0% >= 90%: met' '$work/extra.out' &&
    grep -q 'exposed communication 10.00 ms <= half of the 30.00 ms with --overlap off: met' '$work/extra.out'"
 check "... sweep: d12, d24, d48 at 2 GPUs with --overlap off and on, each with its 1-GPU baseline" eval \
-  "for m in d12 d24 d48; do grep -q \"^\$m G=1 micro=1 overlap=auto \\\$\" '$work/extra.calls' &&
+  "(for m in d12 d24 d48; do grep -q \"^\$m G=1 micro=1 overlap=auto \\\$\" '$work/extra.calls' &&
      grep -q \"^\$m G=2 micro=1 overlap=off \\\$\" '$work/extra.calls' &&
-     grep -q \"^\$m G=2 micro=1 overlap=on \\\$\" '$work/extra.calls' || exit 1; done &&
+     grep -q \"^\$m G=2 micro=1 overlap=on \\\$\" '$work/extra.calls' || exit 1; done) &&
    row extra 'd48 \| softmax \| 8 \| 2 \| 1 \| --overlap on' | grep -qF '| 332.00 |' &&
    row extra 'd48 \| softmax \| 8 \| 2 \| 1 \| --overlap off' | grep -qF '| 336.00 |'"
 check "--links --link-models d48 -e '' --no-torch --gpus '1 2': runs, exit 0" bench links --links --link-models d48 -e "" --no-torch --gpus "1 2"
@@ -109,15 +110,16 @@ check "... d12 at 4 and 8 micro-steps over each link, --overlap off and on" \
 # shared memory, d48: 330 + 10 (on) against 330 + 30 (off): 10 <= 0.4 x 30
 check "... the shared-memory target: exposed with the overlap <= 40% of without" \
   grep -q 'd48, shared memory, 2 GPUs: exposed communication 10.00 ms <= 40% of the 30.00 ms with --overlap off: met' "$work/links.out"
+check "... no one-micro-step socket target from the d48 and 4/8 micro-step socket rows" \
+  fails grep -q 'socket, 2 GPUs, one micro-step' "$work/links.out"
 
-fails() { ! "$@"; }
 check "a failed run: the bench exits non-zero with its log's tail" eval \
   "FAKE_FAIL='d12 2' fails bench failed --gpus '1 2' -e d12 --no-torch &&
    grep -q '^error: our trainer (d12 softmax, 2 GPUs, default) failed' '$work/failed.out' &&
    grep -q 'out of memory' '$work/failed.out'"
 check "an unknown argument: an error" fails_with "unknown argument --bogus" scripts/bench_gpus.sh --bogus
 
-# scripts/visible_gpus.sh, which both the bench and test_multi_gpu.sh count GPUs with, under a fake
+# scripts/visible_gpus.sh, which the bench, gpu_tests.sh and test_multi_gpu.sh count GPUs with, under a fake
 # nvidia-smi of 4 GPUs
 mkdir -p "$work/smi"
 printf '#!/bin/sh\nfor i in 0 1 2 3; do echo "GPU $i: Fake H100"; done\n' > "$work/smi/nvidia-smi"
@@ -129,9 +131,10 @@ visible() {
   [ $# = 0 ] || shift
   env "${vars[@]}" PATH="$work/smi:$PATH" scripts/visible_gpus.sh "$@"
 }
-check "visible GPUs: 4 unset, 2 of CUDA_VISIBLE_DEVICES=0,2, 0 of an empty one, 4 of 0,1,2,3,4" eval \
+check "visible GPUs: 4 unset, 2 of CUDA_VISIBLE_DEVICES=0,2, 0 of an empty one (exit status 0), 4 of 0,1,2,3,4" eval \
   "test \"\$(visible -u CUDA_VISIBLE_DEVICES)\" = 4 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,2)\" = 2 &&
-   test \"\$(visible CUDA_VISIBLE_DEVICES=)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,1,2,3,4)\" = 4"
+   test \"\$(visible CUDA_VISIBLE_DEVICES=)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,1,2,3,4)\" = 4 &&
+   visible CUDA_VISIBLE_DEVICES= > /dev/null"
 check "visible GPUs' ids: 0-3 unset, 2 and 0 of CUDA_VISIBLE_DEVICES=2,0, none of an empty one" eval \
   "test \"\$(visible -u CUDA_VISIBLE_DEVICES -- --ids | tr '\n' ' ')\" = '0 1 2 3 ' &&
    test \"\$(visible CUDA_VISIBLE_DEVICES=2,0 -- --ids | tr '\n' ' ')\" = '2 0 ' &&

@@ -1,5 +1,5 @@
 """TensorBoard's own readers on the event files llmc/tensorboard.h writes (run by
-dev/test/test_tensorboard.sh with build/pyenv's python, from the repository root):
+dev/test/test_tensorboard.sh with the python that python_env picks, from the repository root):
 
 CPU: build/tensorboard_demo writes a run through llmc/logger.h's writers with a resume (steps
 0..9, then a second file that starts a session at step 6 and logs steps 6..12); both of
