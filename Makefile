@@ -48,7 +48,8 @@ CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_la
              build/test_safetensors build/test_hf build/test_guards build/test_eval build/test_state_file \
              build/test_debug_state build/test_step_idle build/test_args \
              build/test_mfu build/test_logger build/test_checkpoint_dir build/test_fingerprint \
-             build/test_outputs build/test_prompt build/test_tensorboard build/test_overlap
+             build/test_outputs build/test_prompt build/test_tensorboard build/test_overlap \
+             build/test_checkpoint_writer
 # build/tensorboard_demo writes a run's record with a resume for dev/test/test_tensorboard.sh.
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer \
             build/tensorboard_demo
@@ -134,6 +135,7 @@ test: all $(TRAIN_DATA)
 	build/test_logger
 	build/test_tensorboard
 	build/test_checkpoint_dir
+	build/test_checkpoint_writer
 	build/test_fingerprint
 	build/test_outputs
 	build/test_prompt
@@ -177,7 +179,8 @@ test-124m: test_gpt2_fp32 $(VAL_DATA)
 # if any target found a crash, a leak or a slow input.
 FUZZ_SECONDS ?= 30
 SANITIZE := -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all
-ASAN_TESTS := safetensors json hf tokenizer guards eval state_file debug_state args checkpoint_dir outputs tensorboard
+ASAN_TESTS := safetensors json hf tokenizer guards eval state_file debug_state args checkpoint_dir checkpoint_writer \
+              outputs tensorboard
 FUZZ_TARGETS := safetensors model_file shard tokenizer eval state_file debug_state
 # The longest input each target tries: room for its format's header and a few records (a
 # tokenizer needs all 256 bytes); dictionaries for the text formats; no single allocation over

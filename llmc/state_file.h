@@ -75,29 +75,34 @@ static inline uint32_t state_header_crc(const int32_t header[STATE_HEADER_INTS])
     return crc32c_update(0, copy, sizeof(copy));
 }
 
-// Writes s (m and v of all P parameters) atomically to path; refuses a non-finite moment, naming
-// it (the previous files are kept).
-static inline void state_file_write(const char* path, const RunState* s) {
-    size_t P = s->m.size();
-    if (s->v.size() != P) { fail("%s: not written, m holds %zu moments and v %zu", path, P, s->v.size()); }
-    const std::vector<float>* moments[2] = {&s->m, &s->v};
+// Writes s's header fields and the moments m and v of all P parameters (s's own m and v are not
+// read) atomically to path; refuses a non-finite moment, naming it (the previous files are kept).
+static inline void state_file_write(const char* path, const RunState* s, const float* m, const float* v, size_t P) {
+    const float* moments[2] = {m, v};
     int32_t header[STATE_HEADER_INTS];
     state_header_encode(s, header);
     uint32_t crc = state_header_crc(header);
     for (int k = 0; k < 2; k++) {
-        size_t bad = first_nonfinite(moments[k]->data(), P);
+        size_t bad = first_nonfinite(moments[k], P);
         if (bad < P) {
             fail("%s: not written, AdamW's %s[%zu] is not finite (the previous checkpoints are kept)", path,
                  STATE_MOMENT_NAMES[k], bad);
         }
-        crc = crc32c_update(crc, moments[k]->data(), P * sizeof(float));
+        crc = crc32c_update(crc, moments[k], P * sizeof(float));
     }
     header[STATE_CHECKSUM_SLOT] = (int32_t)crc;
     AtomicFile out;
     open_atomic(&out, path);
     atomic_write_or_fail(&out, header, sizeof(int32_t), STATE_HEADER_INTS);
-    for (const std::vector<float>* moment : moments) { atomic_write_or_fail(&out, moment->data(), sizeof(float), P); }
+    for (const float* moment : moments) { atomic_write_or_fail(&out, moment, sizeof(float), P); }
     commit_atomic(&out);
+}
+
+// Writes s with its own m and v (all P parameters').
+static inline void state_file_write(const char* path, const RunState* s) {
+    size_t P = s->m.size();
+    if (s->v.size() != P) { fail("%s: not written, m holds %zu moments and v %zu", path, P, s->v.size()); }
+    state_file_write(path, s, s->m.data(), s->v.data(), P);
 }
 
 // What is wrong with a state header, read from a file of `size` bytes, for step `step` of a model

@@ -19,15 +19,15 @@
 
 #include <string>
 
-#ifdef FAIL_THROWS
 #include <stdexcept>
 
 // Compiled with -DFAIL_THROWS (the fuzz targets), fail() throws this instead of exiting, so that
-// a rejected input is an ordinary outcome rather than the end of the process.
+// a rejected input is an ordinary outcome rather than the end of the process; so it does in a
+// thread that sets g_fail_throws (the background checkpoint writer, whose caller decides).
 struct FailError : std::runtime_error {
     explicit FailError(const std::string& message) : std::runtime_error(message) {}
 };
-#endif
+inline thread_local bool g_fail_throws = false;
 
 // printf's formatting into a std::string.
 static inline std::string format_args(const char* fmt, va_list args) {
@@ -46,18 +46,18 @@ static bool g_fail_quiet = false;
 static void (*g_fail_hook)(void) = nullptr;
 
 // Prints "error: <message>" on one line to stderr, in one write so that the lines of processes
-// sharing the terminal do not interleave, and exits with status 1 (with FAIL_THROWS: throws
-// FailError(<message>) and prints nothing).
+// sharing the terminal do not interleave, and exits with status 1 (with FAIL_THROWS, or in a
+// thread that set g_fail_throws: throws FailError(<message>) and prints nothing).
 [[noreturn]] static inline void fail(const char* fmt, ...) {
     va_list args;
     va_start(args, fmt);
-#ifdef FAIL_THROWS
     std::string message = format_args(fmt, args);
     va_end(args);
+#ifdef FAIL_THROWS
     throw FailError(message);
 #else
-    std::string line = "error: " + format_args(fmt, args) + "\n";
-    va_end(args);
+    if (g_fail_throws) { throw FailError(message); }
+    std::string line = "error: " + message + "\n";
     if (!g_fail_quiet && write(STDERR_FILENO, line.data(), line.size()) < 0) {}
     if (g_fail_hook != nullptr) { g_fail_hook(); }
     exit(1);
