@@ -69,6 +69,7 @@ struct TrainArgs {
     int resume = 0;                // -y
     bool force = false;            // --force
     int stop_at = 0;               // --stop-at: exit at this step after checkpointing (0: run to the end)
+    int checkpoint_sync = 0;       // --checkpoint-sync: 1 = checkpoints written while the GPU waits
     int tensorboard = 1;           // --tensorboard: 1 = TensorBoard events beside main.log in -o DIR
     int max_skips = 5;             // --max-skips: consecutive skipped updates that end the run
     int recompute = 0;             // -r: 1 = the backward pass recomputes each layer's residual2
@@ -146,6 +147,9 @@ static inline void args_print_usage(FILE* out) {
         "              no checkpoint there yet (a run stopped before its first), start from scratch\n"
         "  --force     start a new run in an -o DIR that holds another run\n"
         "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
+        "  --checkpoint-sync 0|1  1 = write each checkpoint while the GPU waits; 0 = copy it to pinned host\n"
+        "              memory and write it in the background while training goes on (synchronous where\n"
+        "              that memory cannot be had) (default 0)\n"
         "  --tensorboard 0|1    TensorBoard events in -o DIR beside main.log (events.out.tfevents.*), 0 = off\n"
         "                       (default 1)\n"
         "  --tokenizer FILE     vocabulary for prompts and samples (default: the bundled dev/data/gpt2_encoder.json)\n"
@@ -273,7 +277,7 @@ static inline std::vector<Flag> args_flags(TrainArgs* a) {
         {"-n", args_field(&a->checkpoint_every)}, {"-nk", args_field(&a->checkpoint_keep)},
         {"-y", args_field(&a->resume)}, {"-r", args_field(&a->recompute)},
         {"--peak-tflops", args_field(&a->peak_tflops)}, {"--stop-at", args_field(&a->stop_at)},
-        {"--tensorboard", args_field(&a->tensorboard)},
+        {"--checkpoint-sync", args_field(&a->checkpoint_sync)}, {"--tensorboard", args_field(&a->tensorboard)},
         {"--prompt", args_field(&a->prompt)}, {"--prompt-file", args_field(&a->prompt_file)},
         {"--gen", args_field(&a->gen_new)}, {"--batch-samples", args_field(&a->batch_samples)},
         {"--temperature", args_field(&a->temperature)}, {"--top-k", args_field(&a->top_k)},
@@ -363,6 +367,7 @@ static inline bool args_check_output(const TrainArgs* a, std::string* e) {
                         "-n and -y need an output directory", e) &&
            args_require(a->peak_tflops >= 0.0f, "--peak-tflops", "must not be negative", e) &&
            args_require(a->stop_at >= 0, "--stop-at", "must not be negative (0: off)", e) &&
+           args_require(a->checkpoint_sync == 0 || a->checkpoint_sync == 1, "--checkpoint-sync", "must be 0 or 1", e) &&
            args_require(a->tensorboard == 0 || a->tensorboard == 1, "--tensorboard", "must be 0 or 1", e);
 }
 

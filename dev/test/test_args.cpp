@@ -48,7 +48,7 @@ TEST(defaults) {
     CHECK(a.val_every == 20 && a.val_batches == 20 && a.sample_every == 20 && a.gen_tokens == 64);
     CHECK(a.checkpoint_every == 0 && a.checkpoint_keep == 0 && a.resume == 0 && !a.force && a.stop_at == 0);
     CHECK(a.max_skips == 5 && a.recompute == 0 && a.debug_nan_step == -1 && a.peak_tflops == 0.0f);
-    CHECK(a.tensorboard == 1);
+    CHECK(a.tensorboard == 1 && a.checkpoint_sync == 0);
     CHECK(a.prompt == nullptr && a.prompt_file == nullptr && a.gen_new == 256 && a.batch_samples == 1 && !a.show_ids);
     CHECK(a.temperature == 1.0f && a.top_k == 0 && a.top_p == 1.0f);
     CHECK(a.eval_path == nullptr && a.eval_every == 0 && a.eval_report == nullptr && !a.help);
@@ -91,11 +91,12 @@ TEST(guard_output_and_checkpoint_flags) {
     TrainArgs a;
     CHECK(parse({"-sg", "3.5", "--spike-window", "8", "--max-skips", "2", "--debug-nan-step", "4", "-v", "5", "-m", "6",
                  "-s", "7", "-g", "8", "-o", "d", "-n", "9", "-nk", "2", "-y", "1", "--force", "--stop-at", "3",
-                 "--peak-tflops", "100", "--gpus", "2", "-ng", "2", "--tensorboard", "0"}, &a) == "");
+                 "--peak-tflops", "100", "--gpus", "2", "-ng", "2", "--tensorboard", "0", "--checkpoint-sync", "1"},
+                &a) == "");
     CHECK(a.shape.spike_z == 3.5f && a.shape.spike_window == 8 && a.max_skips == 2 && a.debug_nan_step == 4);
     CHECK(a.val_every == 5 && a.val_batches == 6 && a.sample_every == 7 && a.gen_tokens == 8);
     CHECK(a.checkpoint_every == 9 && a.checkpoint_keep == 2 && a.resume == 1 && a.force && a.stop_at == 3);
-    CHECK(a.peak_tflops == 100.0f && a.tensorboard == 0);
+    CHECK(a.peak_tflops == 100.0f && a.tensorboard == 0 && a.checkpoint_sync == 1);
 }
 
 TEST(generation_and_evaluation_flags) {
@@ -174,6 +175,7 @@ TEST(error_messages) {
         {{"-y", "1"}, "flag -o: -n and -y need an output directory"},
         {{"--peak-tflops", "-1"}, "flag --peak-tflops: must not be negative"},
         {{"--stop-at", "-1"}, "flag --stop-at: must not be negative (0: off)"},
+        {{"--checkpoint-sync", "2"}, "flag --checkpoint-sync: must be 0 or 1"},
         {{"--tensorboard", "2"}, "flag --tensorboard: must be 0 or 1"},
         // generation and evaluation
         {{"--prompt", "a", "--prompt-file", "p"}, "flag --prompt-file: and --prompt: give one of them"},
