@@ -7,11 +7,11 @@
 //   s:STEP eval:ACCURACY                                         a multiple-choice evaluation
 //   s:STEP skipped: WHY                                          an update the guards skipped
 //   # tokens per step: N                                         at each process start: the x axis in tokens
-//   # ...                                                        a comment: a resume, a restart
+//   # ...                                                        a comment: a resume, a restart, a checkpoint
 // A step logged again after a resume or a restart supersedes its earlier line.
 // TensorBoard, at main.log's steps: scalars train/loss, train/lr, train/grad_norm, perf/step_ms,
 // perf/tok_per_s, perf/mfu_percent (a step line), val/loss, eval/accuracy, train/skipped_updates
-// (the count so far, at a skipped step); text config (at the step a process starts from) and
+// (the count so far, at a skipped step), perf/checkpoint_stall_ms (at a checkpoint's step); text config (at the step a process starts from) and
 // samples. A resume (a restart) starts a TensorBoard session at its step (at 0): TensorBoard drops
 // the events logged before it at that step or later, which are logged again.
 #pragma once
@@ -124,6 +124,19 @@ static inline void log_resumed(RunLog* log, int step, int gpus) {
 static inline void log_restarted(RunLog* log) {
     log_line(log->file, "# no checkpoint to resume from: started from scratch\n");
     tensorboard_session_start(&log->events, 0);
+}
+
+// A checkpoint's stall: how long the GPU waited for it (the copy to host memory, any wait for the
+// previous write, and the write itself when synchronous).
+static inline void log_checkpoint_stall(RunLog* log, int step, double stall_ms) {
+    log_line(log->file, "# checkpoint at step %d: the GPU stalled %.1f ms\n", step, stall_ms);
+    tensorboard_scalars(&log->events, step, {{"perf/checkpoint_stall_ms", (float)stall_ms}});
+}
+
+// A checkpoint's files written and `latest` moved, in `seconds` (in the background, or synchronously).
+static inline void log_checkpoint_written(RunLog* log, int step, double seconds, bool background) {
+    log_line(log->file, "# checkpoint at step %d: written in %.2f s%s\n", step, seconds,
+             background ? " in the background" : "");
 }
 
 // Text as a Markdown code block (each line indented by 4 spaces), which TensorBoard's text

@@ -39,6 +39,10 @@ TEST(comment_lines) {
     CHECK(logged([](RunLog* log) { log_resumed(log, 250, 2); }) == "# resumed at step 250 on 2 GPUs\n");
     CHECK(logged([](RunLog* log) { log_restarted(log); }) == "# no checkpoint to resume from: started from scratch\n");
     CHECK(logged([](RunLog* log) { log_tokens_per_step(log, 524288); }) == "# tokens per step: 524288\n");
+    CHECK(logged([](RunLog* log) { log_checkpoint_stall(log, 30, 85.25); }) == "# checkpoint at step 30: the GPU stalled 85.2 ms\n");
+    CHECK(logged([](RunLog* log) { log_checkpoint_written(log, 30, 2.414, true); }) ==
+          "# checkpoint at step 30: written in 2.41 s in the background\n");
+    CHECK(logged([](RunLog* log) { log_checkpoint_written(log, 30, 2.414, false); }) == "# checkpoint at step 30: written in 2.41 s\n");
 }
 
 TEST(lines_in_order) {
@@ -58,6 +62,8 @@ TEST(no_log_writes_nothing) {
     log_tokens_per_step(&none, 1);
     log_resumed(&none, 1, 1);
     log_restarted(&none);
+    log_checkpoint_stall(&none, 1, 1.0);
+    log_checkpoint_written(&none, 1, 1.0, true);
     log_config(&none, 0, "table");
     log_sample(&none, 1, "text");
     run_log_close(&none);
@@ -79,6 +85,7 @@ TEST(tensorboard_events_beside_main_log) {
     log_val_loss(&log, 0, 1.0f);
     log_eval(&log, 0, 0.5);
     log_skipped(&log, 0, "non-finite loss", 1);
+    log_checkpoint_stall(&log, 0, 12.5);
     log_sample(&log, 1, "text");
     log_resumed(&log, 1, 1);
     std::string events = read_file(log.events.path);  // flushed as written
@@ -86,7 +93,7 @@ TEST(tensorboard_events_beside_main_log) {
     size_t at = 0;
     for (const char* tag : {"config", "    | model | d12 |", "train/loss", "train/lr", "train/grad_norm", "perf/step_ms",
                             "perf/tok_per_s", "perf/mfu_percent", "val/loss", "eval/accuracy", "train/skipped_updates",
-                            "samples", "    text"}) {
+                            "perf/checkpoint_stall_ms", "samples", "    text"}) {
         at = events.find(tag, at);
         if (at == std::string::npos) { fprintf(stderr, "  no %s in the events, or out of order\n", tag); }
         CHECK(at != std::string::npos);
