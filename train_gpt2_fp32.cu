@@ -28,7 +28,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
   12 The model                 parameters (llmc/model_file.h's table), activations, forward, backward, update
   13 Generation                the prompt, then one position per step from a captured graph
   14 Device setup
-  15 Checkpoints               written and read back; the model a run starts from
+  15 Checkpoints               a snapshot in pinned memory for the writer, read back; the model a run starts from
   16 Between steps             validation loss, multiple-choice evaluation, samples
   17 The training loop         Run, run_init, run_step, run_report, run_periodic, run_finish
   18 main                      training, --prompt's generation, --eval alone
@@ -48,6 +48,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 
 #include "llmc/args.h"           // defines: TrainArgs, the flags (defaults, usage, checks), parsed once
 #include "llmc/checkpoint_dir.h" // defines: the checkpoint folder (file names, latest, pruning, resume order)
+#include "llmc/checkpoint_writer.h"  // defines: CheckpointWriter, checkpoints written in the background from a snapshot
 #include "llmc/checksum.h"       // defines: crc32c_update (checkpoint checksums)
 #include "llmc/comm.cuh"         // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
@@ -4187,12 +4188,6 @@ static void gpt2_build_from_file(GPT2* model, const char* path) {
     gpt2_build_from_parameters(model, &config, host);
 }
 
-static void gpt2_write_model(const GPT2* model, const char* path) {
-    std::vector<float> host(model->num_parameters);
-    cudaCheck(cudaMemcpy(host.data(), model->params_memory, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    model_file_write(path, &model->config, host.data());
-}
-
 // GPT-2 initialisation (the table's): weights N(0, 0.02), the two residual projections
 // N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1; the padded vocabulary rows of wte are 0.
 static void gpt2_build_from_scratch(GPT2* model, const ModelShape* config, uint64_t seed) {
@@ -4878,32 +4873,51 @@ static double wall_seconds() {
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------------
-// Checkpoints: the folder's files and rules are llmc/checkpoint_dir.h's; all written atomically by
-// rank 0. Then the model a run starts from: a checkpoint's, or -e's.
+// Checkpoints: the folder's files and rules are llmc/checkpoint_dir.h's; rank 0's writer
+// (llmc/checkpoint_writer.h) writes them atomically from a snapshot in host memory, in the
+// background. Then the model a run starts from: a checkpoint's, or -e's.
+
+// Page-locked host memory for the writer's snapshot, which the GPU copies into at full speed, or
+// nullptr where the machine cannot lock that much. Allocated here and registered with CUDA (not
+// cudaMallocHost), so that it stays mapped for a write in flight when the process exits (fail())
+// and CUDA's teardown runs first.
+static void* pinned_host_malloc(size_t bytes) {
+    void* ptr = nullptr;
+    if (posix_memalign(&ptr, 4096, bytes) != 0) { return nullptr; }
+    if (cudaHostRegister(ptr, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+        (void)cudaGetLastError();  // an allocation failure, not sticky: the run goes on without it
+        free(ptr);
+        return nullptr;
+    }
+    return ptr;
+}
+
+static void pinned_host_free(void* ptr) {
+    cudaCheck(cudaHostUnregister(ptr));
+    free(ptr);
+}
 
 // Every rank calls it (the owners' moments are gathered on rank 0, through the gradients' memory,
-// free between steps); rank 0 writes.
-static void write_checkpoint(const char* dir, int step, const GPT2* model, const RunShape* shape,
+// free between steps); rank 0 copies the parameters, the moments and the run state into its
+// writer's snapshot and starts the write. The write in flight, if any, has been waited for.
+static void write_checkpoint(CheckpointWriter* writer, const TrainArgs* args, int step, const GPT2* model,
                              const DataLoader* loader) {
     size_t P = model->num_parameters;
-    RunState state = {};
-    state.m.resize(g_comm.rank == 0 ? P : 0);
-    state.v.resize(state.m.size());
+    CheckpointSnapshot* s = g_comm.rank == 0 ? checkpoint_writer_snapshot(writer) : nullptr;
     size_t buffer_floats = std::min(P, (size_t)1 << 26);
-    comm_gather_slices(&g_comm, model->m_memory, P, state.m.data(), model->grads_memory, buffer_floats);
-    comm_gather_slices(&g_comm, model->v_memory, P, state.v.data(), model->grads_memory, buffer_floats);
+    comm_gather_slices(&g_comm, model->m_memory, P, s ? s->m : nullptr, model->grads_memory, buffer_floats);
+    comm_gather_slices(&g_comm, model->v_memory, P, s ? s->v : nullptr, model->grads_memory, buffer_floats);
     if (g_comm.rank != 0) { return; }
-    gpt2_write_model(model, checkpoint_path(dir, "model", step).c_str());
-
+    cudaCheck(cudaMemcpy(s->params, model->params_memory, P * sizeof(float), cudaMemcpyDeviceToHost));
     StepStats stats;
     cudaCheck(cudaMemcpy(&stats, model->stats, sizeof(stats), cudaMemcpyDeviceToHost));
-    state.step = step;
-    state.adam_step = stats.adam_step;
-    state.shape = *shape;
-    state.loader = dataloader_state(loader);
-    state.recent_norms = stats.recent_norms;
-    state_file_write(checkpoint_path(dir, "state", step).c_str(), &state);
-    checkpoint_write_latest(dir, step);
+    s->config = model->config;
+    s->state.step = step;
+    s->state.adam_step = stats.adam_step;
+    s->state.shape = args->shape;
+    s->state.loader = dataloader_state(loader);
+    s->state.recent_norms = stats.recent_norms;
+    checkpoint_writer_start(writer, args->output_dir, step, args->checkpoint_keep);
 }
 
 // A checkpoint read back to resume from: the model and this rank's slice of the run state.
@@ -5143,6 +5157,7 @@ struct Run {
     int timed_steps, last_step;
     cudaEvent_t periodic_marks[2];  // around run_periodic's work between two steps
     double periodic_ms;             // that work's time after the first step, summed
+    CheckpointWriter writer;        // rank 0's, with -o: checkpoints written beside the steps
 };
 
 // Where rank 0's TensorBoard events go, or why there are none.
@@ -5150,6 +5165,22 @@ static const char* tensorboard_destination(const Run* run) {
     if (run->log.events.file != nullptr) { return run->log.events.path.c_str(); }
     if (run->args.output_dir == nullptr) { return "off (no -o)"; }
     return run->args.tensorboard ? "off (the event file could not be created)" : "off (--tensorboard 0)";
+}
+
+// How rank 0 writes checkpoints, for the configuration table.
+static std::string checkpoint_writes(const Run* run) {
+    double snapshot_gb = 3.0 * run->model.num_parameters * sizeof(float) / 1e9;
+    char text[128];
+    if (run->args.output_dir == nullptr) {
+        snprintf(text, sizeof(text), "none (no -o)");
+    } else if (run->writer.background) {
+        snprintf(text, sizeof(text), "in the background, %.2f GB pinned host snapshot", snapshot_gb);
+    } else if (run->args.checkpoint_sync) {
+        snprintf(text, sizeof(text), "synchronous (--checkpoint-sync 1)");
+    } else {
+        snprintf(text, sizeof(text), "synchronous: no %.2f GB of pinned host memory", snapshot_gb);
+    }
+    return text;
 }
 
 // The configuration table, as the console shows it and TensorBoard's text "config" holds it.
@@ -5186,6 +5217,7 @@ static std::string run_config_table(const Run* run, int val_B) {
     table_row(&table, "attention kernels", "%s", attention_path.c_str());
     table_row(&table, "seed", "%llu", (unsigned long long)r->seed);
     table_row(&table, "output", "%s", args->output_dir ? args->output_dir : "(none)");
+    table_row(&table, "checkpoint writes", "%s", checkpoint_writes(run).c_str());
     table_row(&table, "TensorBoard", "%s", tensorboard_destination(run));
     table_row(&table, "GPU", "%s, TF32 peak %s", g_device_name,
               run->peak_tflops > 0 ? "known" : "unknown (--peak-tflops)");
@@ -5264,6 +5296,22 @@ static void run_restore(Run* run, const Checkpoint* resume) {
     log_resumed(&run->log, step, world);
 }
 
+// Rank 0's checkpoint writer, with -o: in the background from pinned host memory, unless
+// --checkpoint-sync 1 or the memory cannot be had (one line says so). GPT2_TEST_CHECKPOINT_DELAY_MS,
+// a test switch, pauses the writer before each file, so that fault tests land during a write.
+static void run_init_writer(Run* run) {
+    const TrainArgs* args = &run->args;
+    if (args->output_dir == nullptr || g_comm.rank != 0) { return; }
+    size_t P = run->model.num_parameters;
+    int delay_ms = env_int("GPT2_TEST_CHECKPOINT_DELAY_MS", 0, 60000, 0);
+    bool background = checkpoint_writer_init(&run->writer, P, args->checkpoint_sync == 0,
+                                             {pinned_host_malloc, pinned_host_free}, delay_ms);
+    if (!background && args->checkpoint_sync == 0) {
+        printf0("checkpoints written synchronously (the GPU waits): no pinned host memory for their %.2f GB snapshot\n",
+                3.0 * P * sizeof(float) / 1e9);
+    }
+}
+
 // Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
 static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *run = Run();
@@ -5309,6 +5357,7 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     if (samples) { generator_init(&run->sampler, model, 1, std::min(args->gen_tokens + 1, c->max_seq_len)); }
     if (args->eval_path != nullptr) { eval_prepare(args, &run->tokenizer, c->vocab_size, &run->eval_set, &run->eval_batches); }
     run->peak_tflops = args->peak_tflops > 0 ? args->peak_tflops : tf32_peak_tflops(g_device_name);
+    run_init_writer(run);
     std::string config = run_config_table(run, val_B);
     printf0("%s", config.c_str());
     log_config(&run->log, run->start_step, config);
@@ -5401,11 +5450,47 @@ static void run_report(Run* run) {
     run_guard(run, step, stats);
 }
 
-// What is due before step `step` (or at the end): the report of the step in flight, a
-// checkpoint, the validation loss, a sample. Every rank takes the same decisions.
+// Reports a finished checkpoint write (rank 0; done->step -1: none): its time, or the failure it
+// ended in, with which the run stops as when the write was synchronous (`latest` still names the
+// previous checkpoint, intact).
+static void run_checkpoint_written(Run* run, const CheckpointResult& done) {
+    if (done.step < 0) { return; }
+    if (!done.error.empty()) { fail("%s", done.error.c_str()); }
+    bool background = run->writer.background;
+    printf0("checkpoint at step %d: written in %.2f s%s\n", done.step, done.seconds, background ? " in the background" : "");
+    log_checkpoint_written(&run->log, done.step, done.seconds, background);
+    remove_stale_temp_files(run->args.output_dir);  // of killed writers: no atomic write of this process is open
+}
+
+// The write that finished since the last step, if any.
+static void run_checkpoint_poll(Run* run) {
+    CheckpointResult done;
+    if (checkpoint_writer_poll(&run->writer, &done)) { run_checkpoint_written(run, done); }
+}
+
+// The checkpoint of `step` (every rank): waits for the write in flight, copies the state to rank 0's
+// snapshot and starts its write. The GPU stalls for that time, which is reported.
+static void run_checkpoint(Run* run, int step) {
+    double start = wall_seconds();
+    CheckpointResult previous;
+    double waited_ms = checkpoint_writer_wait(&run->writer, &previous) * 1e3;
+    run_checkpoint_written(run, previous);
+    write_checkpoint(&run->writer, &run->args, step, &run->model, &run->train_loader);
+    double stall_ms = (wall_seconds() - start) * 1e3;
+    printf0("checkpoint at step %d: the GPU stalled %.1f ms", step, stall_ms);
+    if (waited_ms >= 0.1) { printf0(", %.1f ms of it waiting for the previous write", waited_ms); }
+    printf0("\n");
+    log_checkpoint_stall(&run->log, step, stall_ms);
+    run_checkpoint_poll(run);  // a synchronous write is done
+}
+
+// What is due before step `step` (or at the end): the report of the step in flight, a finished
+// checkpoint write, a checkpoint, the validation loss, a sample. Every rank takes the same
+// decisions. At the end, the write in flight finishes before the process exits.
 static void run_periodic(Run* run, int step, bool last_step) {
     const TrainArgs* args = &run->args;
     GPT2* model = &run->model;
+    run_checkpoint_poll(run);
     bool checkpoint_due = args->output_dir != nullptr && step > run->start_step &&
                           (last_step || (args->checkpoint_every > 0 && step % args->checkpoint_every == 0));
     bool val_due = args->val_every > 0 && run->val_rows > 0 && (step % args->val_every == 0 || last_step);
@@ -5417,11 +5502,7 @@ static void run_periodic(Run* run, int step, bool last_step) {
     dp_join(&model->dp);  // all parameters are in, for the host and for the work below
     bool timed = step > run->start_step && !last_step;  // between two steps that the step times span
     if (timed) { cudaCheck(cudaEventRecord(run->periodic_marks[0])); }
-    if (checkpoint_due) {
-        write_checkpoint(args->output_dir, step, model, &args->shape, &run->train_loader);
-        if (args->checkpoint_keep > 0 && g_comm.rank == 0) { checkpoint_prune(args->output_dir, args->checkpoint_keep); }
-        if (g_comm.rank == 0) { remove_stale_temp_files(args->output_dir); }
-    }
+    if (checkpoint_due) { run_checkpoint(run, step); }
     if (val_due) {
         float val_loss = validation_loss(model, &run->val_loader, run->val_rows);
         printf0("step %d: val loss %.6f\n", step, val_loss);
@@ -5438,6 +5519,11 @@ static void run_periodic(Run* run, int step, bool last_step) {
         cudaCheck(cudaEventSynchronize(run->periodic_marks[1]));
         cudaCheck(cudaEventElapsedTime(&ms, run->periodic_marks[0], run->periodic_marks[1]));
         run->periodic_ms += ms;
+    }
+    if (last_step) {
+        CheckpointResult done;
+        checkpoint_writer_wait(&run->writer, &done);
+        run_checkpoint_written(run, done);
     }
     if (last_step && run->stop_requested) {
         if (checkpoint_due) {
@@ -5469,6 +5555,7 @@ static void run_finish(Run* run) {
     if (run->sampler.M > 0) { generator_free(&run->sampler); }
     dataloader_free(&run->train_loader);
     dataloader_free(&run->val_loader);
+    checkpoint_writer_free(&run->writer);
     gpt2_free(&run->model);
     comm_free(&g_comm);
 }
