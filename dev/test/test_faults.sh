@@ -6,16 +6,20 @@
 #  - the spike guard (-sg) skips the same steps in a straight and in a resumed run;
 #  - a model with a NaN weight is refused at load, naming the tensor and index;
 #  - SIGTERM at random steps: a checkpoint, exit status 75, and the resumed run ends bit-identical
-#    to one never interrupted (SIGNAL_TRIALS times);
+#    to one never interrupted (SIGNAL_TRIALS times; every other trial's signal lands during a
+#    background write slowed by the test switch GPT2_TEST_CHECKPOINT_DELAY_MS, which the run waits for);
 #  - kill -9 at random times, mostly while checkpoints are being written, then resume: bit-identical
-#    to the straight run, and no temporary file left behind (KILL_TRIALS times);
+#    to the straight run, and no temporary file left behind (KILL_TRIALS times; every other trial
+#    kills during a slowed background write);
 #  - a requeued job: the same -y 1 command killed five times at random from its first second on
 #    (before its first checkpoint too), then run to the end: bit-identical to the straight run;
-#  - a model file left above `latest` by a killed writer, then a resumed run that checkpoints at a
-#    lower step with -nk 1: the pair `latest` names is kept, the orphan removed, the resume bit-identical;
+#  - a model file left above `latest` by a writer killed between the model and the state file,
+#    then a resumed run that checkpoints at a lower step with -nk 1: the pair `latest` names is
+#    kept, the orphan removed, the resume bit-identical;
 #  - a flipped byte in the latest state file: resume falls back to the checkpoint before it;
-#  - a full disk (a file-size limit) while checkpointing: an error naming the file, the previous
-#    checkpoint kept, no temporary file left.
+#  - a full disk (a file-size limit) while checkpointing, in the background and with
+#    --checkpoint-sync 1: an error naming the file, no temporary file left;
+#  - background and synchronous writes give the same bytes.
 # Three parts, each runnable alone (`test_faults.sh guards|signals|kills`; none: all): guards (NaN,
 # divergence, spike, bad weights, full disk), signals (SIGTERM, SIGINT), kills (kill -9, requeue,
 # orphan, flipped byte). Prints its time.
@@ -51,17 +55,26 @@ in_parallel() {
   wait
   for i in $(seq "$n"); do cat "$work/trial_${fn}_$i.out"; done
 }
-# runs "$@" in the background until its log ($1) shows step $2, then sends signal $3; waits, echoes the status
-interrupt_at() {
-  local log=$1 step=$2 sig=$3
-  shift 3
+# runs "$@" in the background until its log ($1) has a line matching $2, then after $3 seconds
+# sends signal $4; waits, echoes the status
+interrupt_on() {
+  local log=$1 pattern=$2 pause=$3 sig=$4
+  shift 4
   "$@" > "$log" 2>&1 &
   local pid=$!
-  until grep -qE "^step +$step/" "$log" 2> /dev/null || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
+  until grep -qE "$pattern" "$log" 2> /dev/null || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
+  sleep "$pause"
   kill -"$sig" $pid 2> /dev/null
-  wait $pid
+  wait $pid 2> /dev/null
   echo $?
 }
+# runs "$@" until its log ($1) shows step $2, then sends signal $3; echoes the status
+interrupt_at() { local log=$1 step=$2 sig=$3; shift 3; interrupt_on "$log" "^step +$step/" 0 "$sig" "$@"; }
+# $slowed $run ...: the test switch pauses the checkpoint writer 400 ms before each of its files, so
+# that a write lasts more than 1.2 s and a fault sent within_slow_write after it starts lands during
+# it (env execs the trainer: the signal reaches it, not a shell)
+slowed="env GPT2_TEST_CHECKPOINT_DELAY_MS=400"
+within_slow_write() { local r=$((RANDOM % 110)); printf '%d.%02d' $((r / 100)) $((r % 100)); }  # 0.00 .. 1.09 s
 
 if want guards; then
 # NaN gradients at step 5 (0-based): checkpoints after steps 5 and 6 hold the same weights and moments
@@ -96,11 +109,29 @@ check "a NaN weight is refused, naming it" fails_with "wte[123] is not finite" $
 printf '\x01\x00\x00\x00' | dd of="$work/nan_weight.bin" bs=1 seek=36 conv=notrunc 2> /dev/null
 check "a corrupt model file is refused by its checksum" fails_with "the file is corrupt" $run -x 2 -e "$work/nan_weight.bin"
 
-# a full disk: a file-size limit below the size of a checkpoint
-status=$( (trap '' XFSZ; ulimit -f 300000; $run -x 6 -n 3 -o "$work/full" > "$work/full.log" 2>&1); echo $?)
-check "full disk: the run stops non-zero naming the file" \
-  test "$status" != 0 -a -n "$(grep 'error: writing .*full/.*_00000003.bin: File too large (the previous files are kept)' "$work/full.log")"
-check "full disk: no temporary file left" no_temp_files "$work/full"
+# a full disk: a file-size limit below the size of a checkpoint, in the background (the run stops
+# at a later step) and synchronously
+for mode in background sync; do
+  flags=$([ $mode = sync ] && echo "--checkpoint-sync 1")
+  # shellcheck disable=SC2086  # flags: none, or the flag and its value
+  status=$( (trap '' XFSZ; ulimit -f 300000; $run -x 6 -n 3 -o "$work/full_$mode" $flags > "$work/full_$mode.log" 2>&1); echo $?)
+  check "full disk ($mode writes): the run stops with status 1 naming the file" \
+    test "$status" = 1 -a -n "$(grep 'error: writing .*full_.*/.*_00000003.bin: File too large (the previous files are kept)' "$work/full_$mode.log")"
+  check "full disk ($mode writes): no temporary file left" no_temp_files "$work/full_$mode"
+  check "full disk ($mode writes): no latest" test ! -e "$work/full_$mode/latest"
+done
+rm -rf "$work"/full_*
+
+# the same bytes from background and synchronous writes
+$run -x 2 -n 1 -o "$work/bytes_background" > /dev/null 2>&1 &
+$run -x 2 -n 1 -o "$work/bytes_sync" --checkpoint-sync 1 > /dev/null 2>&1
+wait
+same_files=1
+for file in model_00000001.bin state_00000001.bin model_00000002.bin state_00000002.bin latest; do
+  [ -s "$work/bytes_sync/$file" ] && cmp -s "$work/bytes_background/$file" "$work/bytes_sync/$file" || same_files=0
+done
+check "background and --checkpoint-sync 1 writes: the same files, byte for byte" test "$same_files" = 1
+rm -rf "$work"/bytes_*
 fi
 
 if want signals; then
@@ -108,13 +139,20 @@ if want signals; then
 $run -x 40 -n 10 -nk 1 -o "$work/straight" > "$work/straight.log" 2>&1
 signal_trial() {  # signal_trial N: prints "ok" when trial N's resumed run ends as the straight one
   local dir="$work/signal_$1" step=$((RANDOM % 29 + 2))  # steps 2..30 of 40: the run is still going
-  local status
-  status=$(interrupt_at "$dir.log" "$step" TERM $run -x 40 -n 10 -nk 1 -o "$dir")
-  if grep -q "stopped by a signal after step" "$dir.log" && [ "$status" = 75 ]; then
+  local status waited=1
+  if (( $1 % 2 == 1 )); then  # odd trials: during the slowed background write of checkpoint 10 or 20
+    step=$((RANDOM % 2 * 10 + 10))  # (not 30: the run may be at its end, waiting for it, when the signal comes)
+    status=$(interrupt_on "$dir.log" "^checkpoint at step $step: the GPU stalled" "$(within_slow_write)" TERM \
+      $slowed $run -x 40 -n 10 -nk 1 -o "$dir")
+    grep -q "^checkpoint at step $step: written in .* in the background" "$dir.log" || waited=0  # the exit waited for it
+  else
+    status=$(interrupt_at "$dir.log" "$step" TERM $run -x 40 -n 10 -nk 1 -o "$dir")
+  fi
+  if grep -q "stopped by a signal after step" "$dir.log" && [ "$status" = 75 ] && [ "$waited" = 1 ]; then
     $run -x 40 -n 10 -nk 1 -o "$dir" -y 1 > "$dir.resume.log" 2>&1
     [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/straight.log")" ] && echo ok
   else
-    echo "      trial $1 (signal at step $step): status $status" >&2
+    echo "      trial $1 (signal at step $step): status $status, waited for the write in flight: $waited" >&2
   fi
   rm -rf "$dir"
 }
@@ -131,12 +169,17 @@ if want kills; then
 $run -x 12 -n 3 -o "$work/kill_straight" > "$work/kill_straight.log" 2>&1
 kill_trial() {  # kill_trial N: prints "ok" when trial N's resumed run ends as the straight one, no temporary files left
   local dir="$work/kill_$1"
-  $run -x 12 -n 3 -o "$dir" > "$dir.log" 2>&1 &
-  local pid=$!
-  until grep -q "^step" "$dir.log" 2> /dev/null || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
-  sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
-  kill -9 $pid 2> /dev/null
-  wait $pid 2> /dev/null
+  if (( $1 % 2 == 1 )); then  # odd trials: during the slowed background write of checkpoint 3, 6 or 9
+    interrupt_on "$dir.log" "^checkpoint at step $((RANDOM % 3 * 3 + 3)): the GPU stalled" "$(within_slow_write)" KILL \
+      $slowed $run -x 12 -n 3 -o "$dir" > /dev/null
+  else
+    $run -x 12 -n 3 -o "$dir" > "$dir.log" 2>&1 &
+    local pid=$!
+    until grep -q "^step" "$dir.log" 2> /dev/null || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
+    sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+    kill -9 $pid 2> /dev/null
+    wait $pid 2> /dev/null
+  fi
   $run -x 12 -n 3 -o "$dir" -y 1 > "$dir.resume.log" 2>&1
   [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/kill_straight.log")" ] && no_temp_files "$dir" && echo ok
   rm -rf "$dir"
@@ -162,17 +205,23 @@ check "requeued -y 1 job: the start from scratch is in main.log" \
   grep -q "^# no checkpoint to resume from: started from scratch" "$work/requeued/main.log"
 rm -rf "$work/requeued"
 
-# an orphan above latest (a model file whose writer was killed before its state and latest) and a
-# resumed run that checkpoints at a lower step with -nk 1: pruning keeps latest's pair, removes the
-# orphan, and the next -y 1 resumes from it, bit-identical to the straight run
-$run -x 12 -n 3 -nk 1 -o "$work/orphan" --stop-at 6 > "$work/orphan_1.log" 2>&1
-cp "$work/orphan/model_00000006.bin" "$work/orphan/model_00000009.bin"
-$run -x 12 -n 3 -nk 1 -o "$work/orphan" -y 1 --stop-at 7 > "$work/orphan_2.log" 2>&1
-check "orphan above latest: pruning kept latest's pair (step 7) and removed the orphan" \
-  test "$(ls "$work/orphan" | grep -E '^(model|state)_' | tr '\n' ' ')" = "model_00000007.bin state_00000007.bin "
+# an orphan above latest: the writer killed after the model file of step 6, during the pause before
+# its state file (latest names 3); a resumed run that checkpoints at a lower step with -nk 1: pruning
+# keeps latest's pair, removes the orphan, and the next -y 1 resumes from it, bit-identical to the
+# straight run
+GPT2_TEST_CHECKPOINT_DELAY_MS=1000 $run -x 12 -n 3 -nk 1 -o "$work/orphan" > "$work/orphan_1.log" 2>&1 &
+pid=$!
+until [ -e "$work/orphan/model_00000006.bin" ] || ! kill -0 $pid 2> /dev/null; do sleep 0.02; done
+kill -9 $pid 2> /dev/null
+wait $pid 2> /dev/null
+check "orphan above latest: the killed writer left model 6 without its state, latest 3" \
+  test -e "$work/orphan/model_00000006.bin" -a ! -e "$work/orphan/state_00000006.bin" -a "$(cat "$work/orphan/latest")" = 3
+$run -x 12 -n 3 -nk 1 -o "$work/orphan" -y 1 --stop-at 4 > "$work/orphan_2.log" 2>&1
+check "orphan above latest: pruning kept latest's pair (step 4) and removed the orphan" \
+  test "$(ls "$work/orphan" | grep -E '^(model|state)_' | tr '\n' ' ')" = "model_00000004.bin state_00000004.bin "
 $run -x 12 -n 3 -nk 1 -o "$work/orphan" -y 1 > "$work/orphan_3.log" 2>&1
-check "orphan above latest: resumed at step 7, bit-identical to the straight run" \
-  test "$(checksum "$work/orphan_3.log")" = "$(checksum "$work/kill_straight.log")" -a -n "$(grep 'resumed .* at step 7' "$work/orphan_3.log")"
+check "orphan above latest: resumed at step 4, bit-identical to the straight run" \
+  test "$(checksum "$work/orphan_3.log")" = "$(checksum "$work/kill_straight.log")" -a -n "$(grep 'resumed .* at step 4' "$work/orphan_3.log")"
 rm -rf "$work/orphan"
 
 # a flipped byte in the latest state: resume falls back to the checkpoint before

@@ -187,11 +187,14 @@ def train(work, name, *flags, ok=True):
 
 
 def train_until_step(work, name, step, *flags):
-    """Starts a run and kills it (SIGKILL) once main.log holds step `step`'s line."""
+    """Starts a run and kills it (SIGKILL) once main.log holds step `step`'s line and a checkpoint is
+    complete (`latest`: checkpoints are written beside the steps)."""
     out = open(os.path.join(work, name + ".out"), "a")
     process = subprocess.Popen(TRAIN + list(flags), stdout=out, stderr=subprocess.STDOUT)
-    log = os.path.join(flags[flags.index("-o") + 1], "main.log")
-    while process.poll() is None and not (os.path.exists(log) and ("s:%d trl:" % step) in open(log).read()):
+    folder = flags[flags.index("-o") + 1]
+    log, latest = os.path.join(folder, "main.log"), os.path.join(folder, "latest")
+    while process.poll() is None and not (os.path.exists(latest) and os.path.exists(log) and
+                                          ("s:%d trl:" % step) in open(log).read()):
         time.sleep(0.002)
     process.send_signal(signal.SIGKILL)
     process.wait()
