@@ -17,21 +17,22 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
    1 CUDA utilities            device memory, graphs, streams, ordered element-wise sums
    2 Encoder                   wte[token] + wpe[position], and its backward
    3 LayerNorm                 forward, backward, the transposed copies the products read
-   4 GELU                      forward; its backward is fused into the fc layer's bias gradient (5)
-   5 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, bias gradients
-   6 Attention                 flash attention forward and backward (wgmma, mma.sync, FP32 cores), KV-cache decode
-   7 Fused classifier          softmax, cross-entropy and the logits' gradient
-   8 Sampling                  the next token on the device
-   9 AdamW                     the update, the gradient norm and the update's guards
-  10 Data parallel             DataParallel: ZeRO-1's moves (buckets, owners' ordered sums, the gather)
-  11 Initialisation
-  12 The model                 parameters (llmc/model_file.h's table), activations, forward, backward, update
-  13 Generation                the prompt, then one position per step from a captured graph
-  14 Device setup
-  15 Checkpoints               a snapshot in pinned memory for the writer, read back; the model a run starts from
-  16 Between steps             validation loss, multiple-choice evaluation, samples
-  17 The training loop         Run, run_init, run_step, run_report, run_periodic, run_finish
-  18 main                      training, --prompt's generation, --eval alone
+   4 GELU                      forward; its backward is fused into the fc layer's bias gradient (6)
+   5 Hopper primitives         wgmma on shared-memory panels: descriptors, fences, fragments
+   6 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, bias gradients
+   7 Attention                 flash attention forward and backward (wgmma, mma.sync, FP32 cores), KV-cache decode
+   8 Fused classifier          softmax, cross-entropy and the logits' gradient
+   9 Sampling                  the next token on the device
+  10 AdamW                     the update, the gradient norm and the update's guards
+  11 Data parallel             DataParallel: ZeRO-1's moves (buckets, owners' ordered sums, the gather)
+  12 Initialisation
+  13 The model                 parameters (llmc/model_file.h's table), activations, forward, backward, update
+  14 Generation                the prompt, then one position per step from a captured graph
+  15 Device setup
+  16 Checkpoints               a snapshot in pinned memory for the writer, read back; the model a run starts from
+  17 Between steps             validation loss, multiple-choice evaluation, samples
+  18 The training loop         Run, run_init, run_step, run_report, run_periodic, run_finish
+  19 main                      training, --prompt's generation, --eval alone
 */
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
@@ -779,6 +780,81 @@ __global__ void gelu_forward_kernel(float4* out, const float4* inp, size_t n4) {
 static void gelu_forward(float* out, const float* inp, size_t n) {
     gelu_forward_kernel<<<ceil_div(n / 4, 256), 256>>>((float4*)out, (const float4*)inp, n / 4);
     cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------------------------
+// Hopper primitives (sm_90a): the warpgroup MMA (wgmma) on shared-memory panels, for the flash
+// forward (and the lab's own GEMM, dev/cuda/matmul_wgmma.cu, which adds TMA and mbarriers).
+// Shared tiles are panels of 32 columns, [rows][32] floats (128-byte rows), the 16-byte chunks of
+// row r XOR-permuted by r % 8: wgmma's (and TMA's) 128-byte swizzle, each panel 1024-byte aligned
+// (descriptor: 1024 bytes between 8-row core groups). TF32 wgmma reads shared operands only along
+// the summed dimension (K-major); an A operand from registers may be loaded in any order. The
+// accumulator fragment is mma.sync's C layout per warp w of the warpgroup: rows 16w + g and
+// 16w + g + 8 (g = lane / 4), columns 8n + 2q and + 1 (q = lane % 4) at d[4n .. 4n + 3].
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// Float offset of (row, col) in a panelled tile of `rows` rows.
+__device__ __forceinline__ int panel_offset(int row, int col, int rows) {
+    return (col >> 5) * rows * 32 + row * 32 + ((((col >> 2) & 7) ^ (row & 7)) << 2) + (col & 3);
+}
+
+// k-step ks (8 columns) of a panelled tile of `rows` rows.
+__device__ __forceinline__ const float* panel_step(const float* tile, int ks, int rows) {
+    return tile + (ks >> 2) * rows * 32 + 8 * (ks & 3);
+}
+
+// Shared-memory matrix descriptor: 128-byte swizzle, 1024 bytes between 8-row core groups.
+__device__ __forceinline__ uint64_t wgmma_descriptor(const float* tile) {
+    uint64_t address = shared_address(tile);
+    return ((address & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Keeps the compiler from moving accesses to accumulators across the asynchronous MMAs.
+template <int N>
+__device__ __forceinline__ void pin_registers(float* r) {
+#pragma unroll
+    for (int i = 0; i < N; i++) { asm volatile("" : "+f"(r[i])::"memory"); }
+}
+
+#define WG_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_A4(a) "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])), \
+                 "r"(__float_as_uint(a[3]))
+
+// d (64 x 64) = [d +] A (64 x 8, shared) * B (64 x 8, shared)^T
+__device__ __forceinline__ void wgmma_64x64_shared(float d[32], uint64_t a, uint64_t b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, "
+        "%33, p, 1, 1;\n}\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24)
+        : "l"(a), "l"(b), "r"((int)accumulate));
+}
+
+// d (64 x 64) += A (64 x 8, registers) * B (64 x 8, shared)^T
+__device__ __forceinline__ void wgmma_64x64_registers(float d[32], const float a[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, "
+        "%33, %34, %35}, %36, 1, 1, 1;\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24)
+        : WG_A4(a), "l"(b));
+}
+
+// d (64 x 32) += A (64 x 8, registers) * B (32 x 8, shared)^T
+__device__ __forceinline__ void wgmma_64x32_registers(float d[16], const float a[4], uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
+        : WG_D8(d, 0), WG_D8(d, 8)
+        : WG_A4(a), "l"(b));
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1881,13 +1957,11 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
 //   S (64 x 64)  = Q (64 x hs, shared) K^T: K's tile [keys][hs] is the K-major B operand as it is;
 //   O (64 x hs) += P (64 x 64, registers) V: TF32 needs B K-major, so V is stored transposed,
 //                  [hs][keys], by the threads (loaded into registers one tile ahead).
-// Shared tiles are panels of 32 columns, [rows][32] floats (128-byte rows), with the 16-byte chunks
-// of row r XOR-permuted by r % 8: wgmma's 128-byte swizzle (descriptor: 1024 bytes between 8-row
-// groups). The accumulator fragment is mma.sync's C layout per warp (rows 16w + g, g + 8; columns
-// 8n + 2q, +1), A from registers its A layout (columns q, q + 4 of each k-step of 8); S's C layout
-// serves as P's A layout when the keys of each group of 8 are taken in the order 0 2 4 6 1 3 5 7,
-// the order in which V^T's columns are stored (value_position). The kernel body exists only in
-// the sm_90a build (g_wgmma says whether the GPU runs it).
+// Shared tiles are panels (see "Hopper primitives"); A from registers has mma.sync's A layout
+// (columns q, q + 4 of each k-step of 8); S's accumulator layout serves as P's A layout when the
+// keys of each group of 8 are taken in the order 0 2 4 6 1 3 5 7, the order in which V^T's columns
+// are stored (value_position). The kernel body exists only in the sm_90a build (g_wgmma says
+// whether the GPU runs it).
 
 constexpr int WG_QUERIES = 64;  // per warpgroup: wgmma's M
 constexpr int WG_GROUPS = 2;
@@ -1896,69 +1970,6 @@ constexpr int WG_CTA_QUERIES = WG_QUERIES * WG_GROUPS;
 constexpr int WG_KEYS = 64;  // keys per tile: S's N, O's K
 // its dynamic shared memory: the queries' panels and two stages of K and V^T, + 1 KB for the alignment
 constexpr size_t flash_wgmma_shared(int hs) { return (WG_CTA_QUERIES * hs + 4 * WG_KEYS * hs) * sizeof(float) + 1024; }
-
-// Float offset of (row, col) in a panelled tile of `rows` rows.
-__device__ __forceinline__ int panel_offset(int row, int col, int rows) {
-    return (col >> 5) * rows * 32 + row * 32 + ((((col >> 2) & 7) ^ (row & 7)) << 2) + (col & 3);
-}
-
-// k-step ks (8 columns) of a panelled tile of `rows` rows.
-__device__ __forceinline__ const float* panel_step(const float* tile, int ks, int rows) {
-    return tile + (ks >> 2) * rows * 32 + 8 * (ks & 3);
-}
-
-// Shared-memory matrix descriptor: 128-byte swizzle, 1024 bytes between 8-row core groups.
-__device__ __forceinline__ uint64_t wgmma_descriptor(const float* tile) {
-    uint64_t address = (uint32_t)__cvta_generic_to_shared(tile);
-    return ((address & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// Keeps the compiler from moving accesses to accumulators across the asynchronous MMAs.
-template <int N>
-__device__ __forceinline__ void pin_registers(float* r) {
-#pragma unroll
-    for (int i = 0; i < N; i++) { asm volatile("" : "+f"(r[i])::"memory"); }
-}
-
-#define WG_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                    "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WG_A4(a) "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])), \
-                 "r"(__float_as_uint(a[3]))
-
-// d (64 x 64) = [d +] A (64 x 8, shared) * B (64 x 8, shared)^T
-__device__ __forceinline__ void wgmma_64x64_shared(float d[32], uint64_t a, uint64_t b, bool accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, "
-        "%33, p, 1, 1;\n}\n"
-        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24)
-        : "l"(a), "l"(b), "r"((int)accumulate));
-}
-
-// d (64 x 64) += A (64 x 8, registers) * B (64 x 8, shared)^T
-__device__ __forceinline__ void wgmma_64x64_registers(float d[32], const float a[4], uint64_t b) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, "
-        "%33, %34, %35}, %36, 1, 1, 1;\n"
-        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24)
-        : WG_A4(a), "l"(b));
-}
-
-// d (64 x 32) += A (64 x 8, registers) * B (32 x 8, shared)^T
-__device__ __forceinline__ void wgmma_64x32_registers(float d[16], const float a[4], uint64_t b) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
-        : WG_D8(d, 0), WG_D8(d, 8)
-        : WG_A4(a), "l"(b));
-}
 
 // d (64 x 64) = A B^T over HS columns, A and B each 64 rows of a panelled tile (of a_rows and b_rows
 // rows) in shared memory.

@@ -1,0 +1,442 @@
+/*
+Kernel lab: a Hopper GEMM of our own (gemm_tf32 below: TMA loads into a ring of shared-memory stages,
+a producer warpgroup, two consumer warpgroups taking turns on wgmma; sm_90a) against cuBLASLt on the trainer's
+linear layers, out (M, N) = inp (M, K) @ weight (N, K)^T + bias: qkv, attproj, fc, fcproj and the
+LM head at d12 (B = 4 and 16), d24 (B = 16) and d48 (B = 8), and on odd shapes (N and M not
+multiples of the tiles, K = 772, the unpadded vocabulary).
+
+  variant 1  cuBLASLt, TF32, bias epilogue (the trainer's matmul_forward)
+  variant 2  gemm_tf32, a ring of 6 stages
+  variant 3  gemm_tf32, a ring of 4 stages
+  Fusion (b), the MLP's up-projection and its GELU (fc shapes only), both outputs written:
+  variant 4  gemm_tf32 (6 stages) with the GELU in its epilogue
+  variant 5  cuBLASLt with bias, then the trainer's gelu_forward (what the trainer does today)
+
+  ./matmul_wgmma [variant ...]
+
+FLOPs counted: 2 M N K (the bias and the GELU are not counted). The last table gives, per shape,
+each variant's time over cuBLASLt's (variant 1).
+
+Measured on an H200 (2026-11-28; README.md has the table): cuBLASLt wins every shape of the trainer,
+so the trainer keeps it and this GEMM stays here. Time over cuBLASLt's, d12 B=16 qkv / attproj / fc /
+fcproj / LM head: 1.29 / 1.27 / 1.23 / 1.12 / 1.12 (4 stages); d48 B=8 1.09-1.22. Ours wins only
+the odd shapes (0.53-0.87: few rows, where cuBLASLt's tiles fit badly). Its error is 6-8e-4 against
+cuBLASLt's 2-3e-4: the tensor cores truncate what TMA brings in to TF32, cuBLASLt's operands come
+out rounded. The GELU epilogue (variant 4) runs 2.7x slower than the plain product. Earlier forms
+(same lab, same day): one tile per CTA, both consumers on it, no persistence: 1.50-1.71 at K = 768,
+1.07-1.16 at K = 3072 (each tile's pipeline fill and stores exposed); ping-pong with a ring of 3
+stages per consumer: 1.3-1.8 (too few copies in flight to cover TMA's latency).
+*/
+#include "common.h"
+
+#include <cudaTypedefs.h>
+#include <map>
+
+// ----------------------------------------------------------------------------------------------
+// The GEMM's Hopper primitives beyond the trainer's (its "Hopper primitives" section): TMA
+// copies completing on mbarriers, the 64 x 128 wgmma, register budgets per warpgroup.
+
+// Waits until at most one committed group of this warpgroup's MMAs is still running.
+__device__ __forceinline__ void wgmma_wait_one() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+
+// d (64 x 128) += A (64 x 8) B (128 x 8)^T, both panels in shared memory
+__device__ __forceinline__ void wgmma_64x128_accumulate(float d[64], uint64_t a, uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, 1, 1, 1;\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24),
+          WG_D8(d, 32), WG_D8(d, 40), WG_D8(d, 48), WG_D8(d, 56)
+        : "l"(a), "l"(b));
+}
+
+// mbarriers in shared memory: a phase completes when its count of arrivals has come and the bytes
+// announced by expect_bytes have landed; waits name the phase's parity (0, 1, 0, ...).
+__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, int arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(arrivals));
+}
+// The inits, visible to the copy engine (then a barrier of the block).
+__device__ __forceinline__ void mbarrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
+}
+
+// Arrives and announces `bytes` that copies will bring in this phase.
+__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* barrier, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(shared_address(barrier)), "r"(parity)
+            : "memory");
+    }
+}
+
+// The box of a 2D tensor map at (col, row) into shared memory, completing on barrier.
+__device__ __forceinline__ void tma_load_2d(float* dst, const CUtensorMap* map, int col, int row, uint64_t* barrier) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(shared_address(dst)), "l"(map), "r"(col), "r"(row), "r"(shared_address(barrier))
+        : "memory");
+}
+
+// A warpgroup's registers per thread, raised or lowered (the kernel's cap at entry must allow the total).
+template <int REGISTERS>
+__device__ __forceinline__ void warpgroup_registers_raise() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+}
+template <int REGISTERS>
+__device__ __forceinline__ void warpgroup_registers_lower() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+}
+
+// cuTensorMapEncodeTiled, the driver's, reached through the runtime (no link to libcuda).
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (encode == nullptr) {
+        cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault,
+                                                   &found));
+#else
+        cudaCheck(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", (void**)&encode, cudaEnableDefault, &found));
+#endif
+        if (found != cudaDriverEntryPointSuccess) { fail("the CUDA driver has no cuTensorMapEncodeTiled"); }
+    }
+    return encode;
+}
+
+// A row-major (rows, cols) float matrix, leading dimension ld (a multiple of 4, 16-byte aligned base),
+// copied in boxes of box_rows x 32 columns into 128-byte-swizzled panels; reads past the edges give 0.
+static CUtensorMap tensor_map_panels(const float* base, size_t rows, size_t cols, size_t ld, int box_rows) {
+    CUtensorMap map;
+    cuuint64_t dims[2] = {cols, rows}, strides[1] = {ld * sizeof(float)};
+    cuuint32_t box[2] = {32, (cuuint32_t)box_rows}, element_strides[2] = {1, 1};
+    CUresult result = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void*)base, dims, strides, box,
+                                           element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS) { fail("tensor map of a %zu x %zu matrix (ld %zu): error %d", rows, cols, ld, (int)result); }
+    return map;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Our GEMM on Hopper (sm_90a, TF32): out (M, N) = a (M, K) b (N, K)^T, both operands row-major with
+// the summed dimension contiguous (a linear layer's input and weight as stored), then its epilogue:
+// + bias[col], and gelu(out) written beside out where asked. A persistent CTA per multiprocessor
+// takes tiles of GEMM_TILE x GEMM_TILE of out, blockIdx.x, + gridDim.x, ..., in turn to its two
+// consumer warpgroups (ping-pong): their main loops take turns (each waits for the other's to
+// end), so that while one multiplies its tile the other stores its last one under the MMAs. One
+// thread of warpgroup 0 issues the TMA copies of every stage (GEMM_TILE x 32 of a and of b) into a
+// ring of STAGES, in tile order, running ahead into the next tile; a consumer multiplies 2 x 64
+// rows by GEMM_TILE per stage (4 wgmma k-steps of 8), keeps one stage's MMAs in flight, and frees
+// a stage once the MMAs reading it are done. Each output has one writer that sums k in order:
+// bit-identical run to run. Tiles are numbered in groups of GEMM_GROUP_ROWS row tiles, the column
+// tiles swept within a group, so that the CTAs at work at once share their operands in L2.
+constexpr int GEMM_TILE = 128;         // rows and columns of out per tile
+constexpr int GEMM_THREADS = 384;      // the producer warpgroup, then the two consumers
+constexpr int GEMM_GROUP_ROWS = 16;    // row tiles per group of the raster
+constexpr int GEMM_STAGE_FLOATS = 2 * GEMM_TILE * 32;  // a's panel, then b's
+
+struct GemmEpilogue {
+    const float* bias;  // (N), or nullptr
+    float* gelu_out;    // (M, N): gelu(out), or nullptr
+};
+
+// The dynamic shared memory of a ring of STAGES: the stages, the barriers, 1 KB for the alignment.
+constexpr size_t gemm_shared_bytes(int stages) {
+    return (size_t)stages * (GEMM_STAGE_FLOATS * sizeof(float) + 2 * sizeof(uint64_t)) + 2 * sizeof(uint64_t) + 1024;
+}
+
+// The first row and column of out of tile `tile` in the grouped raster.
+__device__ __forceinline__ int2 gemm_tile_origin(int tile, int row_tiles, int col_tiles) {
+    int group = tile / (GEMM_GROUP_ROWS * col_tiles), first_row_tile = group * GEMM_GROUP_ROWS;
+    int group_rows = min(GEMM_GROUP_ROWS, row_tiles - first_row_tile);
+    int in_group = tile - group * GEMM_GROUP_ROWS * col_tiles;
+    return make_int2((first_row_tile + in_group % group_rows) * GEMM_TILE, in_group / group_rows * GEMM_TILE);
+}
+
+// 64 rows of a consumer warpgroup's accumulator through the epilogue into out at (row0, col0).
+__device__ __forceinline__ void gemm_store(float* out, GemmEpilogue epilogue, const float acc[GEMM_TILE / 2], int row0,
+                                           int col0, int M, int N) {
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, warp_row0 = row0 + 16 * (threadIdx.x % 128 / 32);
+    bool even_rows = N % 2 == 0;  // then a pair of columns is 8-byte aligned
+#pragma unroll
+    for (int n = 0; n < GEMM_TILE / 8; n++) {
+        int col = col0 + 8 * n + 2 * q;
+        if (col >= N) { continue; }
+        bool pair = col + 1 < N;
+        float bias0 = epilogue.bias != nullptr ? epilogue.bias[col] : 0.0f;
+        float bias1 = epilogue.bias != nullptr && pair ? epilogue.bias[col + 1] : 0.0f;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int row = warp_row0 + g + 8 * half;
+            if (row >= M) { continue; }
+            float x0 = acc[4 * n + 2 * half] + bias0, x1 = acc[4 * n + 2 * half + 1] + bias1;
+            size_t at = (size_t)row * N + col;
+            if (pair && even_rows) {
+                *(float2*)(out + at) = make_float2(x0, x1);
+                if (epilogue.gelu_out != nullptr) { *(float2*)(epilogue.gelu_out + at) = make_float2(gelu(x0), gelu(x1)); }
+            } else {
+                out[at] = x0;
+                if (pair) { out[at + 1] = x1; }
+                if (epilogue.gelu_out != nullptr) {
+                    epilogue.gelu_out[at] = gelu(x0);
+                    if (pair) { epilogue.gelu_out[at + 1] = gelu(x1); }
+                }
+            }
+        }
+    }
+}
+
+template <int STAGES>
+__global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid_constant__ CUtensorMap a_map,
+                                                                    const __grid_constant__ CUtensorMap b_map,
+                                                                    float* out, GemmEpilogue epilogue, int M, int N,
+                                                                    int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(STAGES > 2, "a consumer's main loop starts while the other's last two stages may be in use");
+    extern __shared__ float shared_raw[];
+    float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
+    uint64_t* loaded = (uint64_t*)(stages + STAGES * GEMM_STAGE_FLOATS);            // [STAGES]: copies landed
+    uint64_t* consumed = loaded + STAGES;      // [STAGES]: the MMAs reading the stage are done
+    uint64_t* turn_done = consumed + STAGES;   // [consumer]: its main loop of a tile has issued every MMA
+    int row_tiles = ceil_div(M, GEMM_TILE), col_tiles = ceil_div(N, GEMM_TILE);
+    int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbarrier_init(&loaded[s], 1);
+            mbarrier_init(&consumed[s], 128);
+        }
+        mbarrier_init(&turn_done[0], 128);
+        mbarrier_init(&turn_done[1], 128);
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    int warpgroup = threadIdx.x / 128;
+    if (warpgroup == 0) {
+        warpgroup_registers_lower<40>();
+        if (threadIdx.x != 0) { return; }
+        int filled = 0;  // stages filled so far
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles);
+            for (int kt = 0; kt < k_tiles; kt++, filled++) {
+                int slot = filled % STAGES;
+                if (filled >= STAGES) { mbarrier_wait(&consumed[slot], (filled / STAGES - 1) & 1); }
+                float* stage = stages + slot * GEMM_STAGE_FLOATS;
+                mbarrier_expect_bytes(&loaded[slot], GEMM_STAGE_FLOATS * sizeof(float));
+                tma_load_2d(stage, &a_map, 32 * kt, origin.x, &loaded[slot]);
+                tma_load_2d(stage + GEMM_TILE * 32, &b_map, 32 * kt, origin.y, &loaded[slot]);
+            }
+        }
+        return;
+    }
+    warpgroup_registers_raise<232>();
+    int consumer = warpgroup - 1;
+    // the CTA's j-th tile is consumer j % 2's; its stages are the ring's j * k_tiles onwards
+    for (int j = consumer, tile = blockIdx.x + consumer * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
+        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles);
+        if (j > 0) { mbarrier_wait(&turn_done[1 - consumer], ((j - 1) / 2) & 1); }  // the other's turn on tile j - 1
+        float acc[2][GEMM_TILE / 2] = {};  // rows 0-63 and 64-127 of the tile
+        int first = j * k_tiles;
+        for (int kt = 0; kt < k_tiles; kt++) {
+            int n = first + kt, slot = n % STAGES;
+            mbarrier_wait(&loaded[slot], (n / STAGES) & 1);
+            const float* a = stages + slot * GEMM_STAGE_FLOATS;
+            const float* b = a + GEMM_TILE * 32;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                uint64_t b_descriptor = wgmma_descriptor(b + 8 * ks);
+                wgmma_64x128_accumulate(acc[0], wgmma_descriptor(a + 8 * ks), b_descriptor);
+                wgmma_64x128_accumulate(acc[1], wgmma_descriptor(a + 64 * 32 + 8 * ks), b_descriptor);
+            }
+            wgmma_commit();
+            wgmma_wait_one();  // the stage before this one is read: free it
+            if (kt > 0) { mbarrier_arrive(&consumed[(n - 1) % STAGES]); }
+        }
+        mbarrier_arrive(&turn_done[consumer]);
+        wgmma_wait_all();
+        mbarrier_arrive(&consumed[(first + k_tiles - 1) % STAGES]);
+        pin_registers<GEMM_TILE>(&acc[0][0]);
+        gemm_store(out, epilogue, acc[0], origin.x, origin.y, M, N);
+        gemm_store(out, epilogue, acc[1], origin.x + 64, origin.y, M, N);
+    }
+#endif
+}
+
+template <int STAGES>
+static void gemm_tf32(float* out, const float* a, const float* b, GemmEpilogue epilogue, int M, int N, int K,
+                      cudaStream_t stream = 0) {
+    constexpr size_t shared = gemm_shared_bytes(STAGES);
+    static bool configured = false;
+    if (!configured) {
+        cudaCheck(cudaFuncSetAttribute(gemm_tf32_kernel<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)shared));
+        configured = true;
+    }
+    CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE), b_map = tensor_map_panels(b, N, K, K, GEMM_TILE);
+    unsigned int tiles = ceil_div(M, GEMM_TILE) * ceil_div(N, GEMM_TILE);
+    gemm_tf32_kernel<STAGES><<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(
+        a_map, b_map, out, epilogue, M, N, K);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------------------------
+// The lab
+
+constexpr int NUM_VARIANTS = 5;
+constexpr const char* VARIANT_NAMES[] = {
+    nullptr,
+    "1 cuBLASLt TF32 + bias (matmul_forward)",
+    "2 gemm_tf32, 6 stages",
+    "3 gemm_tf32, 4 stages",
+    "4 (b) gemm_tf32 (6 stages) + GELU epilogue",
+    "5 (b) cuBLASLt + bias, then gelu_forward",
+};
+
+// Relative to max |out|: both operands read as TF32 (10 mantissa bits; the tensor cores drop the
+// rest), the errors of K products adding up at random (measured: cuBLASLt 2-3e-4).
+constexpr double TF32_TOLERANCE = 5e-3;
+// Rows of out compared with the CPU (all are NaN-checked): about 150M multiply-adds in double.
+static int checked_rows(int K, int N) { return std::max(4, (int)(64LL * 768 * 3072 / ((long long)K * N))); }
+
+struct Shape {
+    std::string name;
+    int M, N, K;
+    bool has_bias, fc;  // fc: the MLP's up-projection (variants 4 and 5)
+};
+
+struct Buffers {
+    float *out, *gelu_out, *inp, *weight, *bias;
+};
+
+static bool runs_on(int variant, const Shape& s) { return variant <= 3 || s.fc; }
+
+static void launch_variant(int variant, const Buffers& d, const Shape& s) {
+    const float* bias = s.has_bias ? d.bias : nullptr;
+    if (variant == 1) {
+        matmul_forward(d.out, d.inp, d.weight, bias, s.M, s.K, s.N);
+    } else if (variant == 2) {
+        gemm_tf32<6>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
+    } else if (variant == 3) {
+        gemm_tf32<4>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
+    } else if (variant == 4) {
+        gemm_tf32<6>(d.out, d.inp, d.weight, {bias, d.gelu_out}, s.M, s.N, s.K);
+    } else {
+        matmul_forward(d.out, d.inp, d.weight, bias, s.M, s.K, s.N);
+        gelu_forward(d.gelu_out, d.out, (size_t)s.M * s.N);
+    }
+}
+
+// Max relative error of sampled rows of out (and of gelu_out for the GELU variants) against the
+// CPU in double; infinite if any element of an output is not finite.
+static double check_variant(const Buffers& d, const Shape& s, int variant) {
+    size_t n_out = (size_t)s.M * s.N;
+    fill_uniform(d.inp, (size_t)s.M * s.K, -1.0f, 1.0f);
+    fill_uniform(d.weight, (size_t)s.N * s.K, -0.1f, 0.1f);
+    fill_uniform(d.bias, s.N, -1.0f, 1.0f);
+    bool gelu = variant >= 4;
+    poison(d.out, n_out);
+    if (gelu) { poison(d.gelu_out, n_out); }
+    launch_variant(variant, d, s);
+    std::vector<float> inp = download(d.inp, (size_t)s.M * s.K), weight = download(d.weight, (size_t)s.N * s.K);
+    std::vector<float> bias = download(d.bias, s.N), out = download(d.out, n_out), gelu_out;
+    if (gelu) { gelu_out = download(d.gelu_out, n_out); }
+    ErrorMeter out_error = {}, gelu_error = {};
+    for (int row : sample_rows(s.M, checked_rows(s.K, s.N))) {
+        for (int o = 0; o < s.N; o++) {
+            double sum = s.has_bias ? bias[o] : 0.0;
+            for (int k = 0; k < s.K; k++) { sum += (double)inp[(size_t)row * s.K + k] * weight[(size_t)o * s.K + k]; }
+            size_t i = (size_t)row * s.N + o;
+            error_add(&out_error, out[i], sum);
+            if (gelu) { error_add(&gelu_error, gelu_out[i], gelu_tanh(sum)); }
+        }
+    }
+    bool finite = count_non_finite(d.out, n_out) == 0 && (!gelu || count_non_finite(d.gelu_out, n_out) == 0);
+    return finite ? std::max(error_value(out_error), gelu ? error_value(gelu_error) : 0.0) : INFINITY;
+}
+
+static std::map<std::string, std::map<int, double>> g_times;  // shape -> variant -> ms
+
+static void run_shape(const Buffers& d, const Shape& s, int variant) {
+    double error = check_variant(d, s, variant);
+    size_t n_out = (size_t)s.M * s.N;
+    Launch launch = [&] { launch_variant(variant, d, s); };
+    Launch poison_out = [&] { poison(d.out, n_out); };
+    Determinism det = deterministic(launch, poison_out, {{d.out, n_out}});
+    double ms = bench_ms(launch);
+    g_times[s.name][variant] = ms;
+    char name[128];
+    snprintf(name, sizeof(name), "%s, %s", VARIANT_NAMES[variant], s.name.c_str());
+    print_row("matmul_wgmma", name, ms, 2.0 * s.M * s.N * s.K, CEILING_TF32, error, TF32_TOLERANCE, det);
+}
+
+// The trainer's five linear layers of a model of C channels over M rows.
+static void add_layers(std::vector<Shape>* shapes, const char* model, int B, int C) {
+    int M = B * LAB_T;
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "%s B=%d ", model, B);
+    std::string p = prefix;
+    shapes->push_back({p + "qkv", M, 3 * C, C, true, false});
+    shapes->push_back({p + "attproj", M, C, C, true, false});
+    shapes->push_back({p + "fc", M, 4 * C, C, true, true});
+    shapes->push_back({p + "fcproj", M, C, 4 * C, true, false});
+    shapes->push_back({p + "lm head", M, LAB_VP, C, false, false});
+}
+
+int main(int argc, char** argv) {
+    lab_init(argc, argv, NUM_VARIANTS);
+    if (!g_wgmma) {
+        printf("SKIPPED: gemm_tf32 needs the sm_90a build on a Hopper GPU\n");
+        return 0;
+    }
+    std::vector<Shape> shapes = {{"odd 1000x1001x772", 1000, 1001, 772, true, true},
+                                 {"odd 333x50257x768", 333, LAB_V, 768, false, false}};
+    add_layers(&shapes, "d12", 4, 768);
+    add_layers(&shapes, "d12", 16, 768);
+    add_layers(&shapes, "d24", 16, 1024);
+    add_layers(&shapes, "d48", 8, 1600);
+    size_t max_out = 0, max_inp = 0, max_weight = 0, max_n = 0;
+    for (const Shape& s : shapes) {
+        max_out = std::max(max_out, (size_t)s.M * s.N);
+        max_inp = std::max(max_inp, (size_t)s.M * s.K);
+        max_weight = std::max(max_weight, (size_t)s.N * s.K);
+        max_n = std::max(max_n, (size_t)s.N);
+    }
+    Buffers d = {gpu_floats(max_out), gpu_floats(max_out), gpu_floats(max_inp), gpu_floats(max_weight),
+                 gpu_floats(max_n)};
+    for (const Shape& s : shapes) {
+        for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
+            if (variant_selected(variant) && runs_on(variant, s)) { run_shape(d, s, variant); }
+        }
+    }
+    note("time over cuBLASLt's (variant 1), per shape: variants 2 3 | 4 over 5 (fc + GELU)");
+    for (const Shape& s : shapes) {
+        std::map<int, double>& t = g_times[s.name];
+        if (t.count(1) == 0) { continue; }
+        std::string row = s.name + ":";
+        for (int v : {2, 3}) {
+            char cell[32];
+            snprintf(cell, sizeof(cell), " %.3f", t.count(v) ? t[v] / t[1] : NAN);
+            row += cell;
+        }
+        if (t.count(4) && t.count(5)) {
+            char cell[32];
+            snprintf(cell, sizeof(cell), " | %.3f", t[4] / t[5]);
+            row += cell;
+        }
+        note("%s", row.c_str());
+    }
+    gpu_free_all();
+    return lab_finish();
+}
