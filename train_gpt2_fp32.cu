@@ -5422,7 +5422,7 @@ static void run_periodic(Run* run, int step, bool last_step) {
     if (timed) { cudaCheck(cudaEventRecord(run->periodic_marks[0])); }
     if (checkpoint_due) {
         write_checkpoint(args->output_dir, step, model, &args->shape, &run->train_loader);
-        if (args->checkpoint_keep > 0 && g_comm.rank == 0) { checkpoint_prune(args->output_dir, args->checkpoint_keep); }
+        if (args->checkpoint_keep > 0 && g_comm.rank == 0) { checkpoint_prune(args->output_dir, step, args->checkpoint_keep); }
         if (g_comm.rank == 0) { remove_stale_temp_files(args->output_dir); }
     }
     if (val_due) {
