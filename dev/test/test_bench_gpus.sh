@@ -139,6 +139,10 @@ check "visible GPUs' ids: 0-3 unset, 2 and 0 of CUDA_VISIBLE_DEVICES=2,0, none o
   "test \"\$(visible -u CUDA_VISIBLE_DEVICES -- --ids | tr '\n' ' ')\" = '0 1 2 3 ' &&
    test \"\$(visible CUDA_VISIBLE_DEVICES=2,0 -- --ids | tr '\n' ' ')\" = '2 0 ' &&
    test -z \"\$(visible CUDA_VISIBLE_DEVICES= -- --ids)\""
+check "visible GPUs: CUDA stops at the first invalid entry (0,7,1: 1; 1,x,2: 1; -1,0: 0; GPU-ab,3: 2)" eval \
+  "test \"\$(visible CUDA_VISIBLE_DEVICES=0,7,1 -- --ids)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=1,x,2)\" = 1 &&
+   test \"\$(visible CUDA_VISIBLE_DEVICES=-1,0)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,,1)\" = 1 &&
+   test \"\$(visible CUDA_VISIBLE_DEVICES=GPU-ab,3 -- --ids | tr '\n' ' ')\" = 'GPU-ab 3 '"
 check "visible GPUs: nothing without nvidia-smi" test -z "$(PATH=/nonexistent /bin/bash scripts/visible_gpus.sh)"
 
 echo "$passed passed, $failed failed"
