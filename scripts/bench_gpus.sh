@@ -63,7 +63,7 @@ torchrun=${TORCHRUN:-torchrun}
 [ -e "$data" ] || make data > /dev/null
 have_smi=$(command -v nvidia-smi > /dev/null && echo 1 || echo 0)
 smi_id=$(scripts/visible_gpus.sh --ids | head -n 1)  # rank 0's GPU, whose memory nvidia-smi samples
-gpu=$([ "$have_smi" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 || echo "unknown GPU")
+gpu=$([ "$have_smi" = 1 ] && nvidia-smi --id="$smi_id" --query-gpu=name --format=csv,noheader || echo "unknown GPU")
 if [ -z "$gpus" ]; then
   count=$(scripts/visible_gpus.sh)
   [ -n "$count" ] || count=2  # no nvidia-smi: the CPU test's fake trainer

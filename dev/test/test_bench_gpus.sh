@@ -3,7 +3,7 @@
 # rows it runs (model rows, --socket, --sweep, --links), the --overlap and environment each gets, the warm-up steps
 # left out of our times, scaling against the 1-GPU run with as many micro-steps, the targets, the
 # markdown table, --no-torch, a failed run stopping the bench with its log, and the GPU count
-# (scripts/visible_gpus.sh).
+# (scripts/visible_gpus.sh); then scripts/bench.sh's GPU samples and MFU.
 set -u
 cd "$(dirname "$0")/../.."
 source dev/test/runs.sh
@@ -144,6 +144,46 @@ check "visible GPUs: CUDA stops at the first invalid entry (0,7,1: 1; 1,x,2: 1; 
    test \"\$(visible CUDA_VISIBLE_DEVICES=-1,0)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,,1)\" = 1 &&
    test \"\$(visible CUDA_VISIBLE_DEVICES=GPU-ab,3 -- --ids | tr '\n' ' ')\" = 'GPU-ab 3 '"
 check "visible GPUs: nothing without nvidia-smi" test -z "$(PATH=/nonexistent /bin/bash scripts/visible_gpus.sh)"
+
+# scripts/bench.sh (one GPU against PyTorch) with a fake trainer and a fake nvidia-smi of 4 GPUs,
+# GPU 2 busy 90% at 1980 MHz and the others 10% at 1000: it samples the GPU the trainer runs on
+# (the first CUDA_VISIBLE_DEVICES shows) and names it; its MFU averages the step lines only (40%),
+# not the closing "step times" line.
+cat > "$work/smi/nvidia-smi" << 'EOF'
+#!/usr/bin/env bash
+ids="0 1 2 3" query="" loop=0
+for arg in "$@"; do
+  case "$arg" in
+    -L) for i in $ids; do echo "GPU $i: Fake H100 #$i"; done; exit 0 ;;
+    --id=*) ids=${arg#--id=} ;; --query-gpu=*) query=${arg#--query-gpu=} ;; -lms) loop=1 ;;
+  esac
+done
+sample() {
+  for i in $ids; do
+    if [ "$query" = name ]; then echo "Fake H100 #$i"; continue; fi
+    [ "$i" = 2 ] && echo "$(date '+%Y/%m/%d %T.%3N'), 90, 1980, 500.00" || echo "$(date '+%Y/%m/%d %T.%3N'), 10, 1000, 100.00"
+  done
+}
+sample
+while [ "$loop" = 1 ]; do sleep 0.05; sample; done
+EOF
+cat > "$work/one_gpu_trainer" << 'EOF'
+#!/usr/bin/env bash
+for s in 1 2 3 4 5 6; do
+  printf 'step %5d/6 | loss 9.000000 | lr 6.000e-04 | norm 1.0000 | 50.00 ms | 1000 tok/s | MFU 40.0%% | ETA 0.1 min\n' "$s"
+  sleep 0.1
+done
+echo "average step: 50.00 ms (forward 1, backward 1, update 1 ms on the GPU)"
+echo "step times: 6 steps, 300.0 ms summed, 310.0 ms wall clock"
+echo "GPU memory allocated: 3.000 GB"
+EOF
+chmod +x "$work/smi/nvidia-smi" "$work/one_gpu_trainer"
+check "bench.sh on GPU 2 (CUDA_VISIBLE_DEVICES=2,0): runs, exit 0" eval \
+  "CUDA_VISIBLE_DEVICES=2,0 PATH='$work/smi:$PATH' TRAINER='$work/one_gpu_trainer' scripts/bench.sh -b 4 -k softmax \
+     -n 6 --no-torch > '$work/bench.out' 2>&1"
+check "... GPU 2's samples and name, not all GPUs' or GPU 0's" eval \
+  "grep -q 'GPU busy 90.0% at 1980 MHz, 500 W' '$work/bench.out' && grep -q 'Fake H100 #2' '$work/bench.out'"
+check "... MFU 40.0%: the step lines only" grep -qE '^d12 +softmax +4 \| +50.00 +[0-9]+ +40.0%' "$work/bench.out"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
