@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 # The fake trainer: ms per step from the model, micro-steps, GPU count and transport; the first 3
 # steps 10x slower (the bench must leave them out); exposed communication from the transport and
 # --overlap (off: 6 ms, on or auto: 2). It records the variables the bench sets (NCCL_P2P_DISABLE,
-# NCCL_SHM_DISABLE; a GPU machine may set other NCCL_* ones) and its --overlap in $CALLS.
+# NCCL_SHM_DISABLE, NCCL_IB_DISABLE; a GPU machine may set other NCCL_* ones) and its --overlap in $CALLS.
 cat > "$work/trainer" << 'EOF'
 #!/usr/bin/env bash
 G=1 model=d12 B=0 d=0 steps=0 overlap=auto
@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 [ "${FAKE_FAIL:-}" = "$model $G" ] && { echo "error: out of memory"; exit 1; }
 micro=$((d / (B * 1024 * G)))
-echo "$model G=$G micro=$micro overlap=$overlap $(env | grep -E '^(NCCL_P2P_DISABLE=|NCCL_SHM_DISABLE=)' | sort | tr '\n' ' ')" >> "$CALLS"
+echo "$model G=$G micro=$micro overlap=$overlap $(env | grep -E '^(NCCL_P2P_DISABLE=|NCCL_SHM_DISABLE=|NCCL_IB_DISABLE=)' | sort | tr '\n' ' ')" >> "$CALLS"
 base=$([ "$model" = d12 ] && echo 60 || echo 330)
 socket=$([ "${NCCL_P2P_DISABLE:-0}" = 1 ] && echo 1 || echo 0)
 comm=0
@@ -83,10 +83,10 @@ check "--socket --sweep -e '' --no-torch --gpus '1 2': runs, exit 0" bench extra
 check "... no PyTorch run" eval "! grep -q '^torch' '$work/extra.calls'"
 check "... baselines: 1 GPU with 1 and with 4 micro-steps, --overlap auto" eval \
   "grep -q '^d12 G=1 micro=1 overlap=auto \$' '$work/extra.calls' && grep -q '^d12 G=1 micro=4 overlap=auto \$' '$work/extra.calls'"
-check "... socket rows: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE, --overlap on and off, 4 micro-steps" eval \
-  "grep -q '^d12 G=2 micro=1 overlap=on NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
-   grep -q '^d12 G=2 micro=1 overlap=off NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
-   grep -q '^d12 G=2 micro=4 overlap=auto NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls'"
+check "... socket rows: NCCL_P2P_DISABLE, NCCL_SHM_DISABLE and NCCL_IB_DISABLE, --overlap on and off, 4 micro-steps" eval \
+  "grep -q '^d12 G=2 micro=1 overlap=on NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
+   grep -q '^d12 G=2 micro=1 overlap=off NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
+   grep -q '^d12 G=2 micro=4 overlap=auto NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls'"
 # socket, 4 micro-steps: 4*60 + 10 = 250 ms against 240 on 1 GPU -> 96.0%
 check "... socket, 4 micro-steps: scaling against 1 GPU with 4 micro-steps" eval \
   "row extra 'd12 \| softmax \| 16 \| 2 \| 4 \| socket' | grep -qF '| 250.00 | 524288 | 96.0% | 10.00 |'"
@@ -103,7 +103,7 @@ check "--links --link-models d48 -e '' --no-torch --gpus '1 2': runs, exit 0" be
 check "... the link rates first (torchrun link_rate.py), d48 over each link with --overlap off and on" eval \
   "test \$(grep -c 'link_rate.py' '$work/links.calls') = 2 &&
    grep -q '^d48 G=2 micro=1 overlap=on NCCL_P2P_DISABLE=1 \$' '$work/links.calls' &&
-   grep -q '^d48 G=2 micro=1 overlap=off NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \$' '$work/links.calls' &&
+   grep -q '^d48 G=2 micro=1 overlap=off NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \$' '$work/links.calls' &&
    ! grep -q '^d12 G=2 micro=1 ' '$work/links.calls'"
 check "... d12 at 4 and 8 micro-steps over each link, --overlap off and on" \
   test "$(grep -cE '^d12 G=2 micro=(4|8) overlap=(on|off) ' "$work/links.calls")" = 8
