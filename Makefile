@@ -78,13 +78,14 @@ test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
 # The trainer and the test binary built as another target's PTX only, which the driver compiles at
 # start, so that this GPU runs that target's paths (the GPU tests' other_paths group builds them):
 # build/compute_75 the FP32-core paths of GPUs before Ampere, build/compute_80 TF32 mma.sync.
+# Their flags come from gpu_arch.mk, with its refusals (compute_70 with CUDA 13).
 build/compute_%/train_gpt2_fp32: train_gpt2_fp32.cu $(LLMC_HEADERS)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_COMMON) -gencode arch=compute_$*,code=compute_$* $< -o $@ $(NVCCLIBS)
+	$(NVCC) $(NVCC_COMMON) $(call gpu_arch_gencode,compute_$*) $< -o $@ $(NVCCLIBS)
 
 build/compute_%/test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_COMMON) -gencode arch=compute_$*,code=compute_$* $< -o $@ $(NVCCLIBS)
+	$(NVCC) $(NVCC_COMMON) $(call gpu_arch_gencode,compute_$*) $< -o $@ $(NVCCLIBS)
 
 prepare_data: dev/data/prepare_data.cpp $(wildcard dev/data/*.h) $(LLMC_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@
