@@ -799,7 +799,8 @@ def run_training(args, device):
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     model = parser.add_argument_group("model (default --model d12; --init-from takes it from a model file)")
-    model.add_argument("--model", help="d6, d12 (GPT-2 small) ... d48 (XL), as the trainer's -e, or L<layers>C<channels>H<heads>")
+    model.add_argument("--model", help="d6, d12 (GPT-2 small) ... d48 (XL) as the trainer's -e names them, "
+                       "or L<layers>C<channels>H<heads>")
     model.add_argument("--layers", type=int)
     model.add_argument("--heads", type=int)
     model.add_argument("--channels", type=int)
