@@ -411,8 +411,9 @@ static inline bool args_parse(int argc, char** argv, int world, TrainArgs* a, st
     for (int i = 1; i < argc && !a->help; i++) {
         if (!args_take_flag(flags, argc, argv, &i, a, error)) { return false; }
     }
-    return a->help || (args_check_model(a, error) && args_check_batch(a, world, error) && args_check_optimizer(a, error) &&
-                       args_check_output(a, error) && args_check_generation(a, error) && args_check_eval(a, error));
+    return a->help || (args_check_model(a, error) && args_check_batch(a, world, error) &&
+                       args_check_optimizer(a, error) && args_check_output(a, error) &&
+                       args_check_generation(a, error) && args_check_eval(a, error));
 }
 
 // The bundled files for the paths not given, found from any directory (llmc/paths.h); generating

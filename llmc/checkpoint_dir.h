@@ -3,8 +3,9 @@
 // newest pair as text, written only once both of its files are complete. Only these names count:
 // a file named otherwise is not a checkpoint. A resume tries the pairs at or before `latest`,
 // newest first; pruning keeps the newest K intact pairs of those and deletes every other checkpoint
-// file (those above `latest` a killed writer's, which no resume reads). A folder whose `latest` was never
-// written holds no checkpoint (a run killed before its first completed): -y 1 starts from scratch.
+// file (those above `latest` a killed writer's, which no resume reads). A folder whose `latest`
+// was never written holds no checkpoint (a run killed before its first completed): -y 1 starts
+// from scratch.
 #pragma once
 
 #include <stdint.h>
@@ -113,7 +114,8 @@ static inline void checkpoint_prune(const std::string& dir, int latest, int keep
     }
     auto remove_unkept = [&](const char* kind, const std::vector<int>& steps) {
         for (int step : steps) {
-            if (std::find(kept.begin(), kept.end(), step) == kept.end()) { remove(checkpoint_path(dir, kind, step).c_str()); }
+            bool unkept = std::find(kept.begin(), kept.end(), step) == kept.end();
+            if (unkept) { remove(checkpoint_path(dir, kind, step).c_str()); }
         }
     };
     remove_unkept("model", files.model);
