@@ -5,6 +5,7 @@
 #   make test         build, run the CPU tests and the GPU test (SKIPPED without a GPU)
 #   make data         prepare the tiny Shakespeare shards
 #   make test-124m    GPT-2 124M-shape references from train_gpt2.py (needs PyTorch), then the GPU test
+#   make test-d6      the same in d6's shape (6 layers, 384 channels, 6 heads)
 #   make test-faults  the fault tests (NaN, divergence, signals, kills, corrupt files, full disk) in full
 #   make test-hf      hf_convert and (on a GPU) the trainer against transformers (needs PyTorch, transformers)
 #   make test-generate  the trainer's generation and evaluation against train_gpt2.py (GPU; needs PyTorch, tiktoken)
@@ -62,7 +63,7 @@ ifneq ($(CUPTI_LIB),)
   BINARIES += build/libkernel_trace.so
 endif
 
-.PHONY: all train test data fixtures test-124m test-hf test-generate test-faults fuzz bench-tokenizer clean lab nccl-info
+.PHONY: all train test data fixtures test-124m test-d6 test-hf test-generate test-faults fuzz bench-tokenizer clean lab nccl-info
 
 all: $(BINARIES) lab
 
@@ -78,13 +79,14 @@ test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
 # The trainer and the test binary built as another target's PTX only, which the driver compiles at
 # start, so that this GPU runs that target's paths (the GPU tests' other_paths group builds them):
 # build/compute_75 the FP32-core paths of GPUs before Ampere, build/compute_80 TF32 mma.sync.
+# Their flags come from gpu_arch.mk, with its refusals (compute_70 with CUDA 13).
 build/compute_%/train_gpt2_fp32: train_gpt2_fp32.cu $(LLMC_HEADERS)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_COMMON) -gencode arch=compute_$*,code=compute_$* $< -o $@ $(NVCCLIBS)
+	$(NVCC) $(NVCC_COMMON) $(call gpu_arch_gencode,compute_$*) $< -o $@ $(NVCCLIBS)
 
 build/compute_%/test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_COMMON) -gencode arch=compute_$*,code=compute_$* $< -o $@ $(NVCCLIBS)
+	$(NVCC) $(NVCC_COMMON) $(call gpu_arch_gencode,compute_$*) $< -o $@ $(NVCCLIBS)
 
 prepare_data: dev/data/prepare_data.cpp $(wildcard dev/data/*.h) $(LLMC_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@
@@ -161,17 +163,25 @@ fixtures:
 	$(PYTHON) train_gpt2.py --device cpu --init-from $(FIXTURES)/hf_tiny_model.bin --batch 4 --seq-len 32 --steps 1 \
 	  --seed 0 --write-classic-state $(FIXTURES)/hf_tiny_classic_state.bin
 
-# References in GPT-2 124M shape (B=4, T=1024), generated where PyTorch is, then checked. The
+# References in a model's shape by name (B=4, T=1024, both attention kinds, the validation tokens),
+# generated where PyTorch is, each then checked at -f 0: $(call reference_check,MODEL). The
 # learning rate is kept low: at 3e-4 a fresh 124M model hits a gradient-norm spike by step 3 that
 # amplifies rounding differences, and the step comparisons would test chaos, not the code.
-REF124 := build/ref124m
+define reference_check
+@mkdir -p build/ref_$1
+for kind in softmax relu; do \
+  $(PYTHON) train_gpt2.py --model $1 --attn $$kind --batch 4 --seq-len 1024 --steps 6 --lr 1e-4 $(REFERENCE_STEPS) \
+    --tokens $(VAL_DATA) --write-model build/ref_$1/$${kind}_model.bin --write-state build/ref_$1/$${kind}_state.bin && \
+  ./test_gpt2_fp32 -f 0 -m build/ref_$1/$${kind}_model.bin -s build/ref_$1/$${kind}_state.bin || exit 1; \
+done
+endef
+
+# GPT-2 124M (d12), and d6 (6 layers, 384 channels, 6 heads: -e d6's shape, too big to commit).
 test-124m: test_gpt2_fp32 $(VAL_DATA)
-	@mkdir -p $(REF124)
-	for kind in softmax relu; do \
-	  $(PYTHON) train_gpt2.py --model d12 --attn $$kind --batch 4 --seq-len 1024 --steps 6 --lr 1e-4 $(REFERENCE_STEPS) \
-	    --tokens $(VAL_DATA) --write-model $(REF124)/$${kind}_model.bin --write-state $(REF124)/$${kind}_state.bin && \
-	  ./test_gpt2_fp32 -f 0 -m $(REF124)/$${kind}_model.bin -s $(REF124)/$${kind}_state.bin || exit 1; \
-	done
+	$(call reference_check,d12)
+
+test-d6: test_gpt2_fp32 $(VAL_DATA)
+	$(call reference_check,d6)
 
 # The file parsers and the run guards under AddressSanitizer and UndefinedBehaviorSanitizer, then
 # every fuzz target (libFuzzer, clang; fail() throws there) for FUZZ_SECONDS, all at once, each on

@@ -25,8 +25,9 @@ GPU_ARCH_CUDA12 := 60 61 62 70 72
 
 , := ,
 gpu_arch_number = $(subst .,,$(patsubst compute_%,%,$1))
-# How a refusal names the target: the local GPU or the GPU_ARCH word, and its compute capability.
-gpu_arch_name = $(if $(gpu_arch_local),the local GPU,GPU_ARCH=$1) (compute capability \
+# How a refusal names the target: the local GPU or the GPU_ARCH word (also the word of a rule's
+# target, the Makefile's build/compute_NN), and its compute capability.
+gpu_arch_name = $(if $(filter $1,$(gpu_arch_local)),the local GPU,GPU_ARCH=$1) (compute capability \
   $(shell echo $(call gpu_arch_number,$1) | sed 's/.$$/.&/'))
 gpu_arch_nvcc_release = $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
 gpu_arch_stop = $(if $(filter-out clean,$(or $(MAKECMDGOALS),all)),$(error $1))
@@ -38,7 +39,7 @@ gpu_arch_check = $(strip \
   $(if $(filter $(GPU_ARCH_CUDA12),$(call gpu_arch_number,$1)),\
     $(if $(filter-out 1 2 3 4 5 6 7 8 9 10 11 12,$(firstword $(subst ., ,$(gpu_arch_nvcc_release)))),\
       $(call gpu_arch_stop,$(call gpu_arch_name,$1) needs CUDA 12.x$(,) and $(NVCC) is CUDA \
-        $(gpu_arch_nvcc_release) (CUDA 13 dropped 6.x-7.2): make NVCC=/path/to/cuda-12/bin/nvcc$(if $(gpu_arch_local),, GPU_ARCH=$1)))))
+        $(gpu_arch_nvcc_release) (CUDA 13 dropped 6.x-7.2): make NVCC=/path/to/cuda-12/bin/nvcc$(if $(filter $1,$(gpu_arch_local)),, GPU_ARCH=$1)))))
 
 # $(call gpu_arch_gencode,WORD): the -gencode flag of a GPU_ARCH word.
 gpu_arch_gencode = $(call gpu_arch_check,$1)$(strip \

@@ -36,6 +36,7 @@ import glob
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -59,13 +60,15 @@ LR_SCHEDULES = ("cosine", "linear", "constant")  # index = the schedule stored i
 LAYERNORM_EPS = 1e-5
 INIT_STD = 0.02
 
+REPO = os.path.dirname(os.path.abspath(__file__))
 # GPT-2's tokenizer: the bundled vocabulary, tiktoken's pre-tokenization pattern, <|endoftext|>.
-GPT2_ENCODER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev", "data", "gpt2_encoder.json")
+GPT2_ENCODER = os.path.join(REPO, "dev", "data", "gpt2_encoder.json")
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOT = 50256  # <|endoftext|>
 
-# GPT-2 small / medium / large / XL: (layers, heads, channels).
-MODEL_PRESETS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
+# --model's shapes: the trainer's -e table (MODEL_SHAPES in llmc/model_file.h, read from there) or
+# the custom form L<layers>C<channels>H<heads>; GPT-2's vocabulary and maxT.
+MODEL_SHAPES_FILE = os.path.join(REPO, "llmc", "model_file.h")
 PRESET_VOCAB = 50257
 PRESET_MAX_SEQ_LEN = 1024
 
@@ -412,13 +415,33 @@ def flags_given(args, names):
     return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
 
 
+def model_shapes():
+    """{name: (layers, heads, channels)}: the rows of llmc/model_file.h's MODEL_SHAPES."""
+    with open(MODEL_SHAPES_FILE, encoding="utf-8") as f:
+        text = f.read()
+    table = text[text.index("MODEL_SHAPES[] = {"):]
+    rows = re.findall(r'\{"(\w+)", (\d+), (\d+), (\d+)\}', table[:table.index("};")])
+    return {name: (int(layers), int(heads), int(channels)) for name, layers, heads, channels in rows}
+
+
+def shape_by_name(name):
+    """(layers, heads, channels) of a MODEL_SHAPES name or of L<layers>C<channels>H<heads>."""
+    custom = re.fullmatch(r"L(\d{1,6})C(\d{1,6})H(\d{1,6})", name)
+    if custom:
+        return int(custom[1]), int(custom[3]), int(custom[2])
+    shapes = model_shapes()
+    if name not in shapes:
+        fail(f"--model {name}: not one of {', '.join(shapes)} nor L<layers>C<channels>H<heads> (e.g. L6C384H6)")
+    return shapes[name]
+
+
 def config_from_args(args):
     attn = args.attn or "softmax"
     explicit = [getattr(args, name) for name in CONFIG_FLAGS]
     if args.model is not None and any(v is not None for v in explicit):
         fail("give either --model or the explicit config flags, not both")
     if args.model is not None or all(v is None for v in explicit):
-        layers, heads, channels = MODEL_PRESETS[args.model or "d12"]
+        layers, heads, channels = shape_by_name(args.model or "d12")
         vocab, max_seq_len = PRESET_VOCAB, PRESET_MAX_SEQ_LEN
     elif any(v is None for v in explicit):
         fail("an explicit config needs all of --layers --heads --channels --vocab --max-seq-len")
@@ -776,7 +799,8 @@ def run_training(args, device):
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     model = parser.add_argument_group("model (default --model d12; --init-from takes it from a model file)")
-    model.add_argument("--model", choices=sorted(MODEL_PRESETS), help="GPT-2 small/medium/large/XL")
+    model.add_argument("--model", help="d6, d12 (GPT-2 small) ... d48 (XL) as the trainer's -e names them, "
+                       "or L<layers>C<channels>H<heads>")
     model.add_argument("--layers", type=int)
     model.add_argument("--heads", type=int)
     model.add_argument("--channels", type=int)

@@ -4087,14 +4087,13 @@ static float* layer_residual2(const GPT2* model, int l) {
 }
 
 // A shape the model file can hold (model_shape_check) and these kernels run: Vp a multiple of 4,
-// a head size of 32, 64 or 128, C at most 2048.
+// a head size of 32, 64 or 128, C at most 2048 (model_shape_runs).
 static void validate_config(const ModelShape* c, const char* source) {
     model_shape_check(c, source);
     if (c->padded_vocab_size % 4 != 0) {
         fail("%s: padded vocab %d must be a multiple of 4", source, c->padded_vocab_size);
     }
-    int hs = c->channels / c->num_heads;
-    if ((hs != 32 && hs != 64 && hs != 128) || c->channels > 2048) {
+    if (!model_shape_runs(c->channels, c->num_heads)) {
         fail("%s: C=%d and NH=%d: the head size C/NH must be 32, 64 or 128, and C at most 2048", source,
              c->channels, c->num_heads);
     }
@@ -4984,15 +4983,19 @@ static void load_run_state(const char* dir, const RunState* state, GPT2* model, 
 // The model of the checkpoint resumed from (its host parameters freed once on the device), or -e's.
 static void build_model(GPT2* model, const TrainArgs* args, Checkpoint* resume) {
     ModelShape config;
+    std::string shape_problem;  // none: llmc/args.h checked the name
     const RunShape* r = &args->shape;
     if (resume != nullptr) {
         gpt2_build_from_parameters(model, &resume->config, resume->params);
         std::vector<float>().swap(resume->params);
-    } else if (model_shape_by_depth(args->model, &config)) {
+    } else if (model_shape_by_name(args->model, &config, &shape_problem)) {
         config.attention = r->attention == ATTENTION_OF_MODEL ? ATTENTION_SOFTMAX : r->attention;
         gpt2_build_from_scratch(model, &config, r->seed);
     } else {
-        if (!file_exists(args->model)) { fail("flag -e: '%s' is neither a model file, a Hugging Face model nor one of d12, d24, d36, d48", args->model); }
+        if (!file_exists(args->model)) {
+            fail("flag -e: '%s' is neither a model file, a Hugging Face model, one of %s nor %s", args->model,
+                 model_shape_names(", ").c_str(), MODEL_SHAPE_FORM);
+        }
         gpt2_build_from_file(model, args->model);
     }
     if (r->attention != ATTENTION_OF_MODEL && r->attention != model->config.attention) {

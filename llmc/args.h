@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/model_file.h"
 #include "llmc/outlier.h"
 #include "llmc/overlap.h"
 #include "llmc/paths.h"
@@ -58,7 +59,7 @@ static inline RunShape args_default_shape() {
 struct TrainArgs {
     RunShape shape = args_default_shape();
     std::string train_pattern, val_pattern;  // -i, -j (default: the bundled tiny Shakespeare)
-    const char* model = "d12";               // -e: model file, Hugging Face model, or d12|d24|d36|d48
+    const char* model = "d12";               // -e: model file, Hugging Face model, or a shape (model_shape_by_name)
     const char* output_dir = nullptr;        // -o: main.log and checkpoints
     std::string tokenizer;                   // --tokenizer (default: the bundled vocabulary)
     const char* rendezvous_dir = nullptr;    // --rendezvous-dir: meet through files there, not TCP
@@ -97,7 +98,8 @@ static inline void args_print_usage(FILE* out) {
         "  -i PATTERN  training shards (default dev/data/tinyshakespeare/tiny_shakespeare_train.bin)\n"
         "  -j PATTERN  validation shards (default dev/data/tinyshakespeare/tiny_shakespeare_val.bin)\n"
         "  -e MODEL    model file, Hugging Face GPT-2 directory (config.json + model.safetensors),\n"
-        "              or d12|d24|d36|d48 to start from scratch (default d12)\n"
+        "              or a shape to start from scratch: %s (GPT-2 small to XL from d12) or\n"
+        "              %s, e.g. L4C256H4 (default d12)\n"
         "  -A KIND     attention: softmax or relu (default softmax, or the checkpoint's)\n"
         "  --seed N    seed for initialisation and sampling (default 1337)\n"
         "batch and optimisation\n"
@@ -168,7 +170,7 @@ static inline void args_print_usage(FILE* out) {
         "  --top-k K           sample from the K most likely tokens, 0 = all (default 0)\n"
         "  --top-p P           then from the most likely ones summing to P, 1 = all (default 1.0)\n"
         "  --show-ids          also print each completion's token ids\n"
-        "  -h          this help\n", SPIKE_Z_DEFAULT);
+        "  -h          this help\n", model_shape_names("|").c_str(), MODEL_SHAPE_FORM, SPIKE_Z_DEFAULT);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -316,6 +318,14 @@ static inline bool args_require(bool ok, const char* flag, const char* what, std
     return ok || set_problem(error, "flag %s: %s", flag, what);
 }
 
+// -e naming a shape (llmc/model_file.h's table or L<layers>C<channels>H<heads>): one the kernels run.
+static inline bool args_check_model(const TrainArgs* a, std::string* error) {
+    ModelShape shape;
+    std::string problem;
+    if (!model_shape_by_name(a->model, &shape, &problem) || problem.empty()) { return true; }
+    return set_problem(error, "flag -e %s: %s", a->model, problem.c_str());
+}
+
 // -b, -t and -d, which fixes the micro-batches of a step over `world` GPUs.
 static inline bool args_check_batch(TrainArgs* a, int world, std::string* error) {
     RunShape* r = &a->shape;
@@ -406,8 +416,9 @@ static inline bool args_parse(int argc, char** argv, int world, TrainArgs* a, st
     for (int i = 1; i < argc && !a->help; i++) {
         if (!args_take_flag(flags, argc, argv, &i, a, error)) { return false; }
     }
-    return a->help || (args_check_batch(a, world, error) && args_check_optimizer(a, error) &&
-                       args_check_output(a, error) && args_check_generation(a, error) && args_check_eval(a, error));
+    return a->help || (args_check_model(a, error) && args_check_batch(a, world, error) &&
+                       args_check_optimizer(a, error) && args_check_output(a, error) &&
+                       args_check_generation(a, error) && args_check_eval(a, error));
 }
 
 // The bundled files for the paths not given, found from any directory (llmc/paths.h); generating

@@ -1,12 +1,16 @@
 // The checkpoint folder's rules: DIR/model_%08d.bin (the classic model file) and DIR/state_%08d.bin
 // (the run state, llmc/state_file.h) of each step checkpointed, and DIR/latest, the step of the
-// newest pair as text, written only once both of its files are complete. A resume tries the pairs at
-// or before `latest`, newest first; pruning keeps the newest K of those and deletes the files above
-// `latest` (a killed writer's, which no resume reads). A folder whose `latest` was never
-// written holds no checkpoint (a run killed before its first completed): -y 1 starts from scratch.
+// newest pair as text, written only once both of its files are complete. Only these names count:
+// a file named otherwise is not a checkpoint. A resume tries the pairs at or before `latest`,
+// newest first; pruning keeps the newest K intact pairs of those and deletes every other checkpoint
+// file (those above `latest` a killed writer's, which no resume reads). A folder whose `latest`
+// was never written holds no checkpoint (a run killed before its first completed): -y 1 starts
+// from scratch.
 #pragma once
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -50,26 +54,43 @@ static inline int checkpoint_read_latest(const std::string& dir) {
     return step;
 }
 
-// The step of a file's name "KIND_%08d.bin" (KIND "model" or "state"), or -1 for any other name.
+// The step of a file's name as checkpoint_path writes it, "KIND_%08d.bin" (KIND "model" or
+// "state"), or -1 for any other name: "model_000000300.bin" is not step 300's file, and pruning by
+// it would delete the real one.
 static inline int checkpoint_step_of(const std::string& name, const char* kind = "model") {
     size_t prefix = strlen(kind) + 1;  // "KIND_"
-    const char* digits = name.c_str() + prefix;
-    bool match = name.size() >= prefix + 8 + 4 && name.compare(0, prefix - 1, kind) == 0 && name[prefix - 1] == '_' &&
-                 name.compare(name.size() - 4, 4, ".bin") == 0 && strspn(digits, "0123456789") == name.size() - prefix - 4;
-    return match ? atoi(digits) : -1;
+    size_t digits = name.size() >= prefix + 4 ? name.size() - prefix - 4 : 0;
+    if (digits < 8 || digits > 10 || name.compare(0, prefix, std::string(kind) + "_") != 0 ||
+        strspn(name.c_str() + prefix, "0123456789") != digits) {
+        return -1;
+    }
+    long long step = atoll(name.c_str() + prefix);
+    bool canonical = step <= INT32_MAX && checkpoint_path("", kind, (int)step) == "/" + name;
+    return canonical ? (int)step : -1;
 }
 
-// The steps of dir's KIND files, oldest first (none if dir does not exist).
-static inline std::vector<int> checkpoint_steps(const std::string& dir, const char* kind = "model") {
-    std::vector<int> steps;
+// The steps of dir's checkpoint files of each kind, oldest first, from one scan (none if dir does
+// not exist).
+struct CheckpointFiles {
+    std::vector<int> model, state;
+};
+
+static inline CheckpointFiles checkpoint_scan(const std::string& dir) {
+    CheckpointFiles files;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-        int step = checkpoint_step_of(entry.path().filename().string(), kind);
-        if (step >= 0) { steps.push_back(step); }
+        std::string name = entry.path().filename().string();
+        int model = checkpoint_step_of(name, "model"), state = checkpoint_step_of(name, "state");
+        if (model >= 0) { files.model.push_back(model); }
+        if (state >= 0) { files.state.push_back(state); }
     }
-    std::sort(steps.begin(), steps.end());
-    return steps;
+    std::sort(files.model.begin(), files.model.end());
+    std::sort(files.state.begin(), files.state.end());
+    return files;
 }
+
+// The steps of dir's model files, oldest first.
+static inline std::vector<int> checkpoint_steps(const std::string& dir) { return checkpoint_scan(dir).model; }
 
 // The steps a resume tries, in order: each model file's at or before `latest`, newest first.
 static inline std::vector<int> checkpoint_resume_order(const std::string& dir, int latest) {
@@ -79,19 +100,24 @@ static inline std::vector<int> checkpoint_resume_order(const std::string& dir, i
     return steps;
 }
 
-// Keeps the newest `keep` checkpoints at or below `latest` (call it once `latest` names the pair just
-// written): the model and state files of older steps go, and so do those above `latest`, left by a
-// writer killed before it named them. Counting those would keep an orphan and delete the pair that
-// `latest` names, and the next -y 1 would find no intact checkpoint.
-static inline void checkpoint_prune(const std::string& dir, int keep) {
-    int latest = checkpoint_read_latest(dir);
-    for (const char* kind : {"model", "state"}) {
-        std::vector<int> steps = checkpoint_steps(dir, kind);
-        int kept = 0;
-        for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
-            bool keep_it = *step <= latest && kept < keep;
-            kept += keep_it ? 1 : 0;
-            if (!keep_it) { remove(checkpoint_path(dir, kind, *step).c_str()); }
-        }
+// Keeps the newest `keep` pairs (model and state file both there) at or below `latest`, the step
+// its caller just named in DIR/latest; every other checkpoint file goes: older steps, a model or
+// state file without its partner (a pair with one file gone is no checkpoint), and files above
+// `latest`, left by a writer killed before it named them. Counting those would keep an orphan and
+// delete the pair that `latest` names, and the next -y 1 would find no intact checkpoint.
+static inline void checkpoint_prune(const std::string& dir, int latest, int keep) {
+    CheckpointFiles files = checkpoint_scan(dir);
+    std::vector<int> kept;
+    for (auto step = files.model.rbegin(); step != files.model.rend() && (int)kept.size() < keep; ++step) {
+        bool paired = std::binary_search(files.state.begin(), files.state.end(), *step);
+        if (*step <= latest && paired) { kept.push_back(*step); }
     }
+    auto remove_unkept = [&](const char* kind, const std::vector<int>& steps) {
+        for (int step : steps) {
+            bool unkept = std::find(kept.begin(), kept.end(), step) == kept.end();
+            if (unkept) { remove(checkpoint_path(dir, kind, step).c_str()); }
+        }
+    };
+    remove_unkept("model", files.model);
+    remove_unkept("state", files.state);
 }

@@ -100,7 +100,7 @@ static inline CheckpointResult checkpoint_write_job(const CheckpointWriter* w, c
         w->write_state(checkpoint_path(dir, "state", step), w->snapshot);
         pause();
         checkpoint_write_latest(dir, step);
-        if (keep > 0) { checkpoint_prune(dir, keep); }
+        if (keep > 0) { checkpoint_prune(dir, step, keep); }
     } catch (const FailError& e) {
         result.error = e.what();
     }

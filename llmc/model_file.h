@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <string>
 #include <vector>
@@ -141,19 +142,87 @@ static inline size_t count_parameters(const ModelShape* s) {
     return total;
 }
 
-// GPT-2's shapes by depth (d12 small, 124M; d24 medium; d36 large; d48 XL), softmax attention:
-// false for any other name.
-static inline bool model_shape_by_depth(const char* name, ModelShape* shape) {
-    const int depths[4] = {12, 24, 36, 48}, heads[4] = {12, 16, 20, 25}, channels[4] = {768, 1024, 1280, 1600};
-    for (int i = 0; i < 4; i++) {
-        if (std::string(name) == "d" + std::to_string(depths[i])) {
-            *shape = ModelShape{.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304,
-                                .num_layers = depths[i], .num_heads = heads[i], .channels = channels[i],
-                                .attention = ATTENTION_SOFTMAX};
-            return true;
+// What the trainer's kernels run (its validate_config checks every model against these): a head
+// size C/NH the attention is built for, and C up to the layer norms' one block a row (a thread per
+// float4 channel). L has no kernel limit; MODEL_MAX_LAYERS only bounds the names below.
+constexpr int MODEL_HEAD_SIZES[] = {32, 64, 128};
+constexpr int MODEL_MAX_CHANNELS = 2048;
+constexpr int MODEL_MAX_LAYERS = 256;
+
+// The shapes -e names (and train_gpt2.py's --model, which reads this table from this file: keep
+// one row a line). GPT-2's vocabulary and maxT, softmax attention unless -A says otherwise.
+struct NamedShape {
+    const char* name;
+    int layers, heads, channels;
+};
+constexpr NamedShape MODEL_SHAPES[] = {
+    {"d6", 6, 6, 384},      // 30M, for quick experiments
+    {"d12", 12, 12, 768},   // GPT-2 small, 124M
+    {"d24", 24, 16, 1024},  // GPT-2 medium, 350M
+    {"d36", 36, 20, 1280},  // GPT-2 large, 774M
+    {"d48", 48, 25, 1600},  // GPT-2 XL, 1558M
+};
+// Any other shape as L<layers>C<channels>H<heads>, e.g. L6C384H6 (d6).
+constexpr const char* MODEL_SHAPE_FORM = "L<layers>C<channels>H<heads>";
+
+// The table's names, "d6|d12|..." (the usage text's and the errors' list).
+static inline std::string model_shape_names(const char* separator) {
+    std::string names;
+    for (const NamedShape& named : MODEL_SHAPES) {
+        names += (names.empty() ? "" : separator) + std::string(named.name);
+    }
+    return names;
+}
+
+// Whether C channels in NH heads run on the trainer's kernels (the limits above, L aside).
+static inline bool model_shape_runs(int C, int NH) {
+    bool head_size_ok = false;
+    for (int hs : MODEL_HEAD_SIZES) { head_size_ok = head_size_ok || (NH > 0 && C == hs * NH); }
+    return head_size_ok && C <= MODEL_MAX_CHANNELS && C % 4 == 0;
+}
+
+// What keeps a named shape from being one the trainer runs (every limit named), or "".
+static inline std::string model_shape_limits_problem(int L, int C, int NH) {
+    if (L >= 1 && L <= MODEL_MAX_LAYERS && model_shape_runs(C, NH)) { return ""; }
+    char message[256];
+    snprintf(message, sizeof(message),
+             "L=%d C=%d NH=%d: the trainer runs 1 <= L <= %d, C <= %d a multiple of 4 and of NH, "
+             "head size C/NH 32, 64 or 128", L, C, NH, MODEL_MAX_LAYERS, MODEL_MAX_CHANNELS);
+    return message;
+}
+
+// Reads "L6C384H6" into its three numbers (each 1 to 6 digits); false for any other text.
+static inline bool model_shape_parse_form(const char* name, int* L, int* C, int* NH) {
+    const char letters[3] = {'L', 'C', 'H'};
+    int* values[3] = {L, C, NH};
+    for (int i = 0; i < 3; i++) {
+        if (*name++ != letters[i]) { return false; }
+        int digits = 0;
+        for (*values[i] = 0; *name >= '0' && *name <= '9'; name++) {  // at most 6 digits: no overflow
+            if (++digits > 6) { return false; }
+            *values[i] = *values[i] * 10 + (*name - '0');
+        }
+        if (digits == 0) { return false; }
+    }
+    return *name == '\0';
+}
+
+// Whether -e's name is a shape (a row of MODEL_SHAPES or the custom form) rather than a file:
+// then *shape is that shape, from scratch, and *problem what the trainer cannot run ("" if none).
+static inline bool model_shape_by_name(const char* name, ModelShape* shape, std::string* problem) {
+    int L = 0, C = 0, NH = 0;
+    bool found = model_shape_parse_form(name, &L, &C, &NH);
+    for (const NamedShape& named : MODEL_SHAPES) {
+        if (strcmp(name, named.name) == 0) {
+            L = named.layers, C = named.channels, NH = named.heads;
+            found = true;
         }
     }
-    return false;
+    if (!found) { return false; }
+    *shape = ModelShape{.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = L,
+                        .num_heads = NH, .channels = C, .attention = ATTENTION_SOFTMAX};
+    *problem = model_shape_limits_problem(L, C, NH);
+    return true;
 }
 
 // The parameter count (the table's) without overflow, for checking a shape read from a file.

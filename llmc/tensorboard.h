@@ -43,6 +43,7 @@
 #include <string>
 
 #include "llmc/checksum.h"
+#include "llmc/utils.h"
 
 constexpr uint32_t TENSORBOARD_CRC_MASK_DELTA = 0xa282ead8;
 constexpr const char* TENSORBOARD_FILE_VERSION = "brain.Event:2";
@@ -198,12 +199,10 @@ static inline bool tensorboard_open(TensorBoard* tb, const std::string& dir,
                                     double (*clock)() = tensorboard_wall_time) {
     *tb = TensorBoard();
     tb->clock = clock;
-    char host[256] = "";
-    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') { strcpy(host, "unknown-host"); }
     double now = clock();
     char seconds[32];
     snprintf(seconds, sizeof(seconds), "%010lld", (long long)now);  // as TensorFlow names them
-    std::string base = dir + "/events.out.tfevents." + seconds + "." + host;
+    std::string base = dir + "/events.out.tfevents." + seconds + "." + host_name();
     int fd = -1;
     for (int suffix = 0; fd < 0 && suffix <= TENSORBOARD_MAX_SUFFIX; suffix++) {
         char tail[16];

@@ -154,12 +154,15 @@ static inline void atomic_host_spelling(const char* host, char out[ATOMIC_HOST_M
     out[n] = '\0';
 }
 
-// This host's name, spelled as above ("unknown-host" if it has none).
-static inline void atomic_host_name(char out[ATOMIC_HOST_MAX + 1]) {
+// This host's name as gethostname gives it, "unknown-host" if it has none (TensorBoard's file names).
+static inline std::string host_name() {
     char host[256] = "";
-    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') { strcpy(host, "unknown-host"); }
-    atomic_host_spelling(host, out);
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') { return "unknown-host"; }
+    return host;
 }
+
+// This host's name, spelled as above.
+static inline void atomic_host_name(char out[ATOMIC_HOST_MAX + 1]) { atomic_host_spelling(host_name().c_str(), out); }
 
 static inline void open_atomic(AtomicFile* af, const char* path) {
     char host[ATOMIC_HOST_MAX + 1];

@@ -5,7 +5,8 @@
 # our time / PyTorch's, then our time per phase and the top kernels of one d12 step (ncu, when present).
 # While our steps run, nvidia-smi samples the GPU every 50 ms: the share of time a kernel was running
 # (busy: 100% means no idle GPU between kernels), the SM clock and the power, averaged over the
-# samples from step 3 to the end (the clock drops when a long run reaches the power limit).
+# samples from step 3 to the end (the clock drops when a long run reaches the power limit), of the
+# GPU the trainer runs on (the first CUDA_VISIBLE_DEVICES shows: scripts/visible_gpus.sh --ids).
 # --idle also runs our trainer for 12 steps under the kernel tracer (dev/profile/kernel_trace.cpp,
 # CUPTI): the time per step in which no kernel or copy ran on any stream, and what ran around the gaps.
 #   scripts/bench.sh [-e "d12 d24 d48"] [-b "4 8 16 32"] [-k "softmax relu"] [-n STEPS] [-r 0|1] [-f 0|1|2] [--no-torch] [--kernels] [--idle]
@@ -13,6 +14,7 @@
 # -r 1 runs our trainer with -r 1 (residual2 recomputed: less memory, a little slower); its rows say "/r1".
 # -f 0 or 2 (strict FP32) runs our trainer with that -f and PyTorch without --tf32 (matmul precision
 # 'highest'); its rows say "/f0" or "/f2".
+# TRAINER runs another trainer instead of building ours (dev/test/test_bench_gpus.sh's fake).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models="d12"; batches="4 8 16 32"; kinds="softmax relu"; steps=30; recompute=0; precision=1; torch=1; kernels=0; idle=0
@@ -30,20 +32,22 @@ while [ $# -gt 0 ]; do
     *) echo "error: unknown argument $1 (see the header of $0)" >&2; exit 1 ;;
   esac
 done
-make -j"$(nproc)" train_gpt2_fp32 > /dev/null
+trainer=${TRAINER:-./train_gpt2_fp32}
+[ -n "${TRAINER:-}" ] || make -j"$(nproc)" train_gpt2_fp32 > /dev/null
 if [ "$idle" = 1 ]; then
   make build/libkernel_trace.so > /dev/null || { echo "error: --idle needs the kernel tracer (CUPTI)" >&2; exit 1; }
 fi
-make data > /dev/null
 data=dev/data/tinyshakespeare/tiny_shakespeare_train.bin
+[ -e "$data" ] || make data > /dev/null
 logs=$(mktemp -d)
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+smi_id=$(scripts/visible_gpus.sh --ids | head -n 1)  # the trainer's GPU, the one nvidia-smi samples
+gpu=$(nvidia-smi --id="$smi_id" --query-gpu=name --format=csv,noheader)
 
 # Runs our trainer (its output to $1.log) with nvidia-smi sampling the GPU into $1.smi; $1.marks
 # gets the times (of day) at which the log showed step 3 and the final average.
 run_sampled() {
   local base=$1; shift
-  nvidia-smi --query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 \
+  nvidia-smi --id="$smi_id" --query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 \
     > "$base.smi" 2> /dev/null &
   local smi=$! start="" end="" status=0
   "$@" > "$base.log" 2>&1 &
@@ -68,15 +72,16 @@ gpu_stats() {
     END { if (n) printf "%.1f %.0f %.0f", busy / n, mhz / n, watts / n; else printf "- - -" }' "$1.smi"
 }
 
-# Our MFU as the trainer reports it, averaged over the steps after the first (which includes setup).
-trainer_mfu() { grep '^step' "$1" | awk -F'|' 'NR > 1 { sub(/.*MFU /, "", $7); sum += $7; n++ } END { printf "%.1f", n ? sum / n : 0 }'; }
+# Our MFU as the trainer reports it, averaged over the steps after the first (which includes setup):
+# the step lines only, not the closing "step times" line.
+trainer_mfu() { grep -E '^step +[0-9]+/' "$1" | awk -F'|' 'NR > 1 { sub(/.*MFU /, "", $7); sum += $7; n++ } END { printf "%.1f", n ? sum / n : 0 }'; }
 
 rows=(); traced=()
 for model in $models; do
   for kind in $kinds; do
     for B in $batches; do
       run=${model}_${kind}_$B
-      run_sampled "$logs/ours_$run" ./train_gpt2_fp32 -e "$model" -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 \
+      run_sampled "$logs/ours_$run" "$trainer" -e "$model" -A "$kind" -b "$B" -t 1024 -x "$steps" -v 0 -s 0 \
         -r "$recompute" -f "$precision" -i "$data" || { echo "error: our trainer failed at $model B=$B $kind:"; tail -n 3 "$logs/ours_$run.log"; exit 1; }
       read -r busy mhz watts <<< "$(gpu_stats "$logs/ours_$run")"
       ours_ms=$(grep '^average step' "$logs/ours_$run.log" | awk '{print $3}')
@@ -94,7 +99,7 @@ for model in $models; do
         torch_gb=$(grep '^RESULT' "$logs/torch_$run.log" | sed 's/.*peak_mem_gb=\([0-9.]*\).*/\1/')
       fi
       if [ "$idle" = 1 ]; then
-        CUDA_INJECTION64_PATH=build/libkernel_trace.so KERNEL_TRACE_REPORT="$logs/idle_$run.txt" ./train_gpt2_fp32 \
+        CUDA_INJECTION64_PATH=build/libkernel_trace.so KERNEL_TRACE_REPORT="$logs/idle_$run.txt" "$trainer" \
           -e "$model" -A "$kind" -b "$B" -t 1024 -x 12 -v 0 -s 0 -r "$recompute" -f "$precision" -i "$data" > /dev/null 2>&1 \
           || { echo "error: the traced run failed at $model B=$B $kind"; exit 1; }
         traced+=("$model $kind B=$B:$logs/idle_$run.txt")
@@ -134,7 +139,7 @@ if [ "$kernels" = 1 ] && command -v ncu > /dev/null; then
   echo
   echo "top kernels of the first step (B=$B, $kind; ncu, kernels serialised, caches not flushed):"
   ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-    --launch-count 800 ./train_gpt2_fp32 -e d12 -A "$kind" -b "$B" -t 1024 -x 1 -v 0 -s 0 -i "$data" \
+    --launch-count 800 "$trainer" -e d12 -A "$kind" -b "$B" -t 1024 -x 1 -v 0 -s 0 -i "$data" \
     > "$logs/ncu.csv" 2> /dev/null || true
   awk -F'","' 'BEGIN { ms["ns"] = ms["nsecond"] = 1e-6; ms["us"] = ms["usecond"] = 1e-3; ms["ms"] = ms["msecond"] = 1
             ms["s"] = ms["second"] = 1e3 }

@@ -16,14 +16,14 @@
 # (ours: the mean of the printed step times after them). PyTorch DDP runs for d12 (and d48 with
 # --torch-d48); --no-torch: none.
 # The default rows run --overlap auto (the trainer's choice); the others name theirs.
-# --socket: 2 GPUs over NCCL's socket transport (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, as between
+# --socket: 2 GPUs over NCCL's socket transport (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1, as between
 #   nodes), d12 B=16 softmax: one micro-step with --overlap on and off (exposed communication with
 #   the overlap against the whole transfer without it), and four micro-steps per GPU against 1 GPU
 #   with four micro-steps.
 # --sweep: --overlap off and on at d12 B=16, d24 B=16 and d48 B=8 on the largest GPU count (with
 #   their 1-GPU baselines).
 # --links: 2 GPUs over NCCL's host shared memory (NCCL_P2P_DISABLE=1: the order of an InfiniBand
-#   link) and sockets (NCCL_SHM_DISABLE=1 as well: Ethernet), each link's rate measured first
+#   link) and sockets (NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 as well: Ethernet), each link's rate measured first
 #   (scripts/link_rate.py): the --link-models (default d12 B=16 and d48 B=8) with --overlap off and
 #   on (d48 over sockets: 5 steps), and d12 at the --link-micro micro-steps per GPU (default 4 and 8;
 #   "" for none) with --overlap off and on.
@@ -63,7 +63,7 @@ torchrun=${TORCHRUN:-torchrun}
 [ -e "$data" ] || make data > /dev/null
 have_smi=$(command -v nvidia-smi > /dev/null && echo 1 || echo 0)
 smi_id=$(scripts/visible_gpus.sh --ids | head -n 1)  # rank 0's GPU, whose memory nvidia-smi samples
-gpu=$([ "$have_smi" = 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 || echo "unknown GPU")
+gpu=$([ "$have_smi" = 1 ] && nvidia-smi --id="$smi_id" --query-gpu=name --format=csv,noheader || echo "unknown GPU")
 if [ -z "$gpus" ]; then
   count=$(scripts/visible_gpus.sh)
   [ -n "$count" ] || count=2  # no nvidia-smi: the CPU test's fake trainer
@@ -166,7 +166,7 @@ with_torch=0
 if [ "$socket" = 1 ]; then
   baseline d12 softmax 1
   baseline d12 softmax 4
-  sock=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
+  sock=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1)  # sockets, not InfiniBand/RoCE where there
   ours socket_overlap d12 softmax 2 1 on "socket, --overlap on" "${sock[@]}"
   ours socket_no_overlap d12 softmax 2 1 off "socket, --overlap off" "${sock[@]}"
   ours socket_micro4 d12 softmax 2 4 auto "socket" "${sock[@]}"
@@ -182,7 +182,7 @@ fi
 if [ "$links" = 1 ]; then
   for link in shm socket; do
     link_env=(NCCL_P2P_DISABLE=1)
-    [ "$link" = shm ] || link_env+=(NCCL_SHM_DISABLE=1)
+    [ "$link" = shm ] || link_env+=(NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1)  # sockets, never InfiniBand/RoCE
     run_logged "link rate ($link)" "$logs/link_$link.log" env "${link_env[@]}" "$torchrun" --standalone \
       --nproc_per_node 2 scripts/link_rate.py
     echo "link $link: $(grep '^RESULT' "$logs/link_$link.log")"

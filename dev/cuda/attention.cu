@@ -1276,10 +1276,12 @@ static void run_forward(Buffers* d, AttentionKind kind, int variant) {
 }
 
 // A lab launcher (the trainer's FlashBackward with one of its kernels replaced), then the qkv bias
-// gradient from the partials, as flash_attention_backward does.
+// gradient from the partials, as flash_attention_backward does. Variants 5, 6, 8 and 9 are tensor-core
+// kernels: set as the other runners set it, whichever variant ran before (10 clears it).
 template <typename Launch>
 static void run_lab_backward(Buffers* d, AttentionKind kind, const char* what) {
     Shape s = d->shape;
+    g_tf32_cores = g_build_tf32_cores;
     g_wgmma = true;
     Launch launch = {{d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
     flash_dispatch(launch, s.hs, kind, false, what);

@@ -444,7 +444,8 @@ static double gelu_tanh_grad(double x) {
 // The sizes of GPT-2 124M's 16 parameter tensors, as the trainer lays them out.
 static void gpt2_124m_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS]) {
     ModelShape config = {};
-    if (!model_shape_by_depth("d12", &config)) { fail("no d12 config"); }
+    std::string problem;
+    if (!model_shape_by_name("d12", &config, &problem)) { fail("no d12 config"); }
     parameter_sizes(&config, sizes);
 }
 

@@ -18,3 +18,14 @@ fails_with() {  # fails_with FRAGMENT COMMAND...: the command must exit non-zero
   out=$("$@" 2>&1) && return 1
   grep -qF -- "$fragment" <<< "$out" || { echo "      got: $(tail -n 2 <<< "$out")"; return 1; }
 }
+# The test binary's checks on the committed PyTorch fixtures, the flags of one run each: every -f
+# for both attention kinds, then --decode (gpu_tests.sh and test_other_paths.sh; gpu_tests.sh adds
+# the chunked split products and the Hugging Face model).
+fixture_small=dev/test/fixtures/gpt2_small
+fixture_runs=()
+for fixture_f in 0 1 2; do
+  for fixture_kind in softmax relu; do
+    fixture_runs+=("-f $fixture_f -m ${fixture_small}_${fixture_kind}_model.bin -s ${fixture_small}_${fixture_kind}_state.bin")
+  done
+done
+fixture_runs+=(--decode)

@@ -87,6 +87,11 @@ check "GPU_ARCH=\"75 compute_75\" and 8.6: sm_75 with its PTX; sm_86" eval \
   "is '$(sm 75) -gencode arch=compute_75,code=compute_75' none 13.0 GPU_ARCH='75 compute_75' &&
    is '$(sm 86)' none 13.0 GPU_ARCH=8.6"
 check "make clean with a refused GPU_ARCH: runs" eval "submake -n clean GPU_ARCH=52 > /dev/null"
+# ptx_build NN: make -n of the Makefile's build/compute_NN trainer (the other paths' PTX builds), CUDA 13
+ptx_build() { PATH="$work/smi:$PATH" submake -n -B "build/compute_$1/train_gpt2_fp32" NVCC="$work/bin/nvcc13.0" 2>&1; }
+check "build/compute_75/train_gpt2_fp32: compute_75 PTX" eval "ptx_build 75 | grep -qF -- '-gencode arch=compute_75,code=compute_75'"
+check "build/compute_70/train_gpt2_fp32, CUDA 13: refused as GPU_ARCH=compute_70 is" eval \
+  "! ptx_build 70 > '$work/ptx70.out' && grep -qF 'GPU_ARCH=compute_70 (compute capability 7.0) needs CUDA 12.x' '$work/ptx70.out'"
 
 # ---- 2. and 3. the trainer, compiled to an object
 # compile NAME COMMAND...: runs COMMAND in the background, $(nproc) at a time, into $work/NAME.log
@@ -130,8 +135,9 @@ cuda12=build/cuda12
 cuda12_why=
 clang=
 # cuda12_wheels: CUDA 12.9's nvcc wheel (ptxas, libdevice, crt headers), runtime, CCCL and cuBLAS's
-# headers in build/cuda12/wheels (cuBLAS's 600 MB wheel is downloaded for its headers, then removed),
-# laid out as a CUDA installation in build/cuda12/root; non-zero with the reason in cuda12_why.
+# headers in build/cuda12/wheels (cuBLAS's 600 MB wheel downloaded for its headers, then removed, by
+# dev/test/wheel_files.sh), laid out as a CUDA installation in build/cuda12/root; non-zero with the
+# reason in cuda12_why.
 cuda12_wheels() {
   local wheels=$cuda12/wheels/nvidia
   if [ ! -f "$wheels/cublas/include/cublasLt.h" ]; then
@@ -139,18 +145,11 @@ cuda12_wheels() {
     if ! python3 -m pip install -q --disable-pip-version-check --no-deps --target "$cuda12/wheels" \
            nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-cccl-cu12==12.9.27 \
            > "$cuda12/install.log" 2>&1 ||
-       ! python3 -m pip download -q --disable-pip-version-check --no-deps -d "$cuda12/download" \
-           nvidia-cublas-cu12==12.9.1.4 >> "$cuda12/install.log" 2>&1; then
+       ! dev/test/wheel_files.sh nvidia-cublas-cu12==12.9.1.4 nvidia/cublas/include/ "$cuda12/wheels" \
+           >> "$cuda12/install.log" 2>&1; then
       cuda12_why="pip failed: $(tail -n 1 "$cuda12/install.log")"
       return 1
     fi
-    python3 - "$cuda12" << 'PY' || { cuda12_why="the cuBLAS wheel has no headers"; return 1; }
-import glob, sys, zipfile
-root = sys.argv[1]
-with zipfile.ZipFile(glob.glob(root + "/download/*.whl")[0]) as wheel:
-    wheel.extractall(root + "/wheels", [n for n in wheel.namelist() if n.startswith("nvidia/cublas/include/")])
-PY
-    rm -rf "$cuda12/download"
   fi
   rm -rf "$cuda12/root" && mkdir -p "$cuda12/root/include" "$cuda12/stub"
   ln -s "$PWD/$wheels/cuda_nvcc/bin" "$PWD/$wheels/cuda_nvcc/nvvm" "$cuda12/root/"

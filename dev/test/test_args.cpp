@@ -63,6 +63,20 @@ TEST(data_and_model_flags) {
     CHECK(a.shape.attention == ATTENTION_RELU && a.shape.seed == (uint64_t)-3 && strcmp(a.output_dir, "out") == 0);
     CHECK(a.tokenizer == "v.json" && strcmp(a.rendezvous_dir, "meet") == 0);
     CHECK(parse({"-A", "softmax"}, &a) == "" && a.shape.attention == ATTENTION_SOFTMAX);
+    for (const char* model : {"d6", "L6C384H6", "L1C32H1", "L48C1600H25", "model.bin", "L6C384H5.bin"}) {
+        CHECK(parse({"-e", model}, &a) == "" && strcmp(a.model, model) == 0);
+    }
+}
+
+// -e with a shape the kernels cannot run: one line naming the limits, before any other check.
+TEST(bad_shapes_refused) {
+    const char* limits = "the trainer runs 1 <= L <= 256, C <= 2048 a multiple of 4 and of NH, head size C/NH 32, 64 or 128";
+    for (const char* bad : {"L6C384H5", "L0C384H6", "L300C384H6", "L6C384H4", "L6C4096H32", "L6C66H2"}) {
+        TrainArgs a;
+        std::string error = parse({"-b", "0", "-e", bad}, &a);
+        CHECK(error.rfind(std::string("flag -e ") + bad + ": L=", 0) == 0 && error.find(limits) != std::string::npos);
+    }
+    CHECK(refused({"-e", "L6C384H5"}, std::string("flag -e L6C384H5: L=6 C=384 NH=5: ") + limits));
 }
 
 TEST(batch_and_optimisation_flags) {

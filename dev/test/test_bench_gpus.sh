@@ -3,7 +3,7 @@
 # rows it runs (model rows, --socket, --sweep, --links), the --overlap and environment each gets, the warm-up steps
 # left out of our times, scaling against the 1-GPU run with as many micro-steps, the targets, the
 # markdown table, --no-torch, a failed run stopping the bench with its log, and the GPU count
-# (scripts/visible_gpus.sh).
+# (scripts/visible_gpus.sh); then scripts/bench.sh's GPU samples and MFU.
 set -u
 cd "$(dirname "$0")/../.."
 source dev/test/runs.sh
@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 # The fake trainer: ms per step from the model, micro-steps, GPU count and transport; the first 3
 # steps 10x slower (the bench must leave them out); exposed communication from the transport and
 # --overlap (off: 6 ms, on or auto: 2). It records the variables the bench sets (NCCL_P2P_DISABLE,
-# NCCL_SHM_DISABLE; a GPU machine may set other NCCL_* ones) and its --overlap in $CALLS.
+# NCCL_SHM_DISABLE, NCCL_IB_DISABLE; a GPU machine may set other NCCL_* ones) and its --overlap in $CALLS.
 cat > "$work/trainer" << 'EOF'
 #!/usr/bin/env bash
 G=1 model=d12 B=0 d=0 steps=0 overlap=auto
@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 [ "${FAKE_FAIL:-}" = "$model $G" ] && { echo "error: out of memory"; exit 1; }
 micro=$((d / (B * 1024 * G)))
-echo "$model G=$G micro=$micro overlap=$overlap $(env | grep -E '^(NCCL_P2P_DISABLE=|NCCL_SHM_DISABLE=)' | sort | tr '\n' ' ')" >> "$CALLS"
+echo "$model G=$G micro=$micro overlap=$overlap $(env | grep -E '^(NCCL_P2P_DISABLE=|NCCL_SHM_DISABLE=|NCCL_IB_DISABLE=)' | sort | tr '\n' ' ')" >> "$CALLS"
 base=$([ "$model" = d12 ] && echo 60 || echo 330)
 socket=$([ "${NCCL_P2P_DISABLE:-0}" = 1 ] && echo 1 || echo 0)
 comm=0
@@ -83,10 +83,10 @@ check "--socket --sweep -e '' --no-torch --gpus '1 2': runs, exit 0" bench extra
 check "... no PyTorch run" eval "! grep -q '^torch' '$work/extra.calls'"
 check "... baselines: 1 GPU with 1 and with 4 micro-steps, --overlap auto" eval \
   "grep -q '^d12 G=1 micro=1 overlap=auto \$' '$work/extra.calls' && grep -q '^d12 G=1 micro=4 overlap=auto \$' '$work/extra.calls'"
-check "... socket rows: NCCL_P2P_DISABLE and NCCL_SHM_DISABLE, --overlap on and off, 4 micro-steps" eval \
-  "grep -q '^d12 G=2 micro=1 overlap=on NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
-   grep -q '^d12 G=2 micro=1 overlap=off NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
-   grep -q '^d12 G=2 micro=4 overlap=auto NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls'"
+check "... socket rows: NCCL_P2P_DISABLE, NCCL_SHM_DISABLE and NCCL_IB_DISABLE, --overlap on and off, 4 micro-steps" eval \
+  "grep -q '^d12 G=2 micro=1 overlap=on NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
+   grep -q '^d12 G=2 micro=1 overlap=off NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls' &&
+   grep -q '^d12 G=2 micro=4 overlap=auto NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1' '$work/extra.calls'"
 # socket, 4 micro-steps: 4*60 + 10 = 250 ms against 240 on 1 GPU -> 96.0%
 check "... socket, 4 micro-steps: scaling against 1 GPU with 4 micro-steps" eval \
   "row extra 'd12 \| softmax \| 16 \| 2 \| 4 \| socket' | grep -qF '| 250.00 | 524288 | 96.0% | 10.00 |'"
@@ -103,7 +103,7 @@ check "--links --link-models d48 -e '' --no-torch --gpus '1 2': runs, exit 0" be
 check "... the link rates first (torchrun link_rate.py), d48 over each link with --overlap off and on" eval \
   "test \$(grep -c 'link_rate.py' '$work/links.calls') = 2 &&
    grep -q '^d48 G=2 micro=1 overlap=on NCCL_P2P_DISABLE=1 \$' '$work/links.calls' &&
-   grep -q '^d48 G=2 micro=1 overlap=off NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \$' '$work/links.calls' &&
+   grep -q '^d48 G=2 micro=1 overlap=off NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \$' '$work/links.calls' &&
    ! grep -q '^d12 G=2 micro=1 ' '$work/links.calls'"
 check "... d12 at 4 and 8 micro-steps over each link, --overlap off and on" \
   test "$(grep -cE '^d12 G=2 micro=(4|8) overlap=(on|off) ' "$work/links.calls")" = 8
@@ -139,7 +139,51 @@ check "visible GPUs' ids: 0-3 unset, 2 and 0 of CUDA_VISIBLE_DEVICES=2,0, none o
   "test \"\$(visible -u CUDA_VISIBLE_DEVICES -- --ids | tr '\n' ' ')\" = '0 1 2 3 ' &&
    test \"\$(visible CUDA_VISIBLE_DEVICES=2,0 -- --ids | tr '\n' ' ')\" = '2 0 ' &&
    test -z \"\$(visible CUDA_VISIBLE_DEVICES= -- --ids)\""
+check "visible GPUs: CUDA stops at the first invalid entry (0,7,1: 1; 1,x,2: 1; -1,0: 0; GPU-ab,3: 2)" eval \
+  "test \"\$(visible CUDA_VISIBLE_DEVICES=0,7,1 -- --ids)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=1,x,2)\" = 1 &&
+   test \"\$(visible CUDA_VISIBLE_DEVICES=-1,0)\" = 0 && test \"\$(visible CUDA_VISIBLE_DEVICES=0,,1)\" = 1 &&
+   test \"\$(visible CUDA_VISIBLE_DEVICES=GPU-ab,3 -- --ids | tr '\n' ' ')\" = 'GPU-ab 3 '"
 check "visible GPUs: nothing without nvidia-smi" test -z "$(PATH=/nonexistent /bin/bash scripts/visible_gpus.sh)"
+
+# scripts/bench.sh (one GPU against PyTorch) with a fake trainer and a fake nvidia-smi of 4 GPUs,
+# GPU 2 busy 90% at 1980 MHz and the others 10% at 1000: it samples the GPU the trainer runs on
+# (the first CUDA_VISIBLE_DEVICES shows) and names it; its MFU averages the step lines only (40%),
+# not the closing "step times" line.
+cat > "$work/smi/nvidia-smi" << 'EOF'
+#!/usr/bin/env bash
+ids="0 1 2 3" query="" loop=0
+for arg in "$@"; do
+  case "$arg" in
+    -L) for i in $ids; do echo "GPU $i: Fake H100 #$i"; done; exit 0 ;;
+    --id=*) ids=${arg#--id=} ;; --query-gpu=*) query=${arg#--query-gpu=} ;; -lms) loop=1 ;;
+  esac
+done
+sample() {
+  for i in $ids; do
+    if [ "$query" = name ]; then echo "Fake H100 #$i"; continue; fi
+    [ "$i" = 2 ] && echo "$(date '+%Y/%m/%d %T.%3N'), 90, 1980, 500.00" || echo "$(date '+%Y/%m/%d %T.%3N'), 10, 1000, 100.00"
+  done
+}
+sample
+while [ "$loop" = 1 ]; do sleep 0.05; sample; done
+EOF
+cat > "$work/one_gpu_trainer" << 'EOF'
+#!/usr/bin/env bash
+for s in 1 2 3 4 5 6; do
+  printf 'step %5d/6 | loss 9.000000 | lr 6.000e-04 | norm 1.0000 | 50.00 ms | 1000 tok/s | MFU 40.0%% | ETA 0.1 min\n' "$s"
+  sleep 0.1
+done
+echo "average step: 50.00 ms (forward 1, backward 1, update 1 ms on the GPU)"
+echo "step times: 6 steps, 300.0 ms summed, 310.0 ms wall clock"
+echo "GPU memory allocated: 3.000 GB"
+EOF
+chmod +x "$work/smi/nvidia-smi" "$work/one_gpu_trainer"
+check "bench.sh on GPU 2 (CUDA_VISIBLE_DEVICES=2,0): runs, exit 0" eval \
+  "CUDA_VISIBLE_DEVICES=2,0 PATH='$work/smi:$PATH' TRAINER='$work/one_gpu_trainer' scripts/bench.sh -b 4 -k softmax \
+     -n 6 --no-torch > '$work/bench.out' 2>&1"
+check "... GPU 2's samples and name, not all GPUs' or GPU 0's" eval \
+  "grep -q 'GPU busy 90.0% at 1980 MHz, 500 W' '$work/bench.out' && grep -q 'Fake H100 #2' '$work/bench.out'"
+check "... MFU 40.0%: the step lines only" grep -qE '^d12 +softmax +4 \| +50.00 +[0-9]+ +40.0%' "$work/bench.out"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,7 +1,7 @@
 // CPU tests of llmc/checkpoint_dir.h in temporary folders: the file names, `latest` written and read
 // back (and refused when it holds no step), the steps found (other files ignored), the order a
-// resume tries them (newest at or before `latest` first), pruning to the newest K at or below
-// `latest` (orphans above it removed), and -y 1's
+// resume tries them (newest at or before `latest` first), only the names the trainer writes,
+// pruning to the newest K intact pairs at or below `latest` (orphans above it removed), and -y 1's
 // rule: a folder whose `latest` was never written (a run killed before its first checkpoint was
 // complete, leaving a model file, or nothing) starts from scratch; one with `latest` resumes.
 #include <string>
@@ -19,6 +19,12 @@ static std::string folder_with(const std::vector<int>& steps) {
         write_file(checkpoint_path(dir, "state", step), "s");
     }
     return dir;
+}
+
+// Whether dir's model files and state files are those of `steps`, both.
+static bool files_left(const std::string& dir, const std::vector<int>& steps) {
+    CheckpointFiles files = checkpoint_scan(dir);
+    return files.model == steps && files.state == steps;
 }
 
 TEST(paths) {
@@ -68,11 +74,10 @@ TEST(resume_order_newest_at_or_before_latest) {
 
 TEST(prune_keeps_the_newest) {
     std::string dir = folder_with({3, 6, 9, 12});
-    checkpoint_write_latest(dir, 12);
-    checkpoint_prune(dir, 2);
+    checkpoint_prune(dir, 12, 2);
     CHECK(checkpoint_steps(dir) == std::vector<int>({9, 12}));
     CHECK(!file_exists(checkpoint_path(dir, "state", 6).c_str()) && file_exists(checkpoint_path(dir, "state", 9).c_str()));
-    checkpoint_prune(dir, 5);
+    checkpoint_prune(dir, 12, 5);
     CHECK(checkpoint_steps(dir) == std::vector<int>({9, 12}));
     remove_dir(dir);
 }
@@ -86,21 +91,41 @@ TEST(prune_keeps_latest_and_removes_orphans_above_it) {
     write_file(checkpoint_path(dir, "state", 30), "orphan state");
     write_file(checkpoint_path(dir, "model", 40), "m");
     write_file(checkpoint_path(dir, "state", 40), "s");
-    checkpoint_write_latest(dir, 12);
-    checkpoint_prune(dir, 1);
-    CHECK(checkpoint_steps(dir) == std::vector<int>({12}));
-    CHECK(checkpoint_steps(dir, "state") == std::vector<int>({12}));
-    CHECK(checkpoint_resume_order(dir, checkpoint_read_latest(dir)) == std::vector<int>({12}));
+    checkpoint_prune(dir, 12, 1);
+    CHECK(files_left(dir, {12}));
+    CHECK(checkpoint_resume_order(dir, 12) == std::vector<int>({12}));
     remove_dir(dir);
 }
 
 TEST(prune_counts_only_pairs_at_or_below_latest) {
     std::string dir = folder_with({3, 6, 9});
     write_file(checkpoint_path(dir, "model", 15), "orphan");
-    checkpoint_write_latest(dir, 9);
-    checkpoint_prune(dir, 2);
-    CHECK(checkpoint_steps(dir) == std::vector<int>({6, 9}));
-    CHECK(checkpoint_steps(dir, "state") == std::vector<int>({6, 9}));
+    checkpoint_prune(dir, 9, 2);
+    CHECK(files_left(dir, {6, 9}));
+    remove_dir(dir);
+}
+
+// K counts intact pairs: with state_200 gone and K=2, the pairs 300 and 100 stay (counting model
+// files alone kept 300 and 200, one intact checkpoint), and model_200 without its state goes.
+TEST(prune_counts_intact_pairs) {
+    std::string dir = folder_with({100, 200, 300});
+    remove(checkpoint_path(dir, "state", 200).c_str());
+    write_file(checkpoint_path(dir, "state", 50), "a state file without its model");
+    checkpoint_prune(dir, 300, 2);
+    CHECK(files_left(dir, {100, 300}));
+    remove_dir(dir);
+}
+
+// Only the names the trainer writes are checkpoints: a stray model_000000300.bin (nine digits) is
+// not step 300's, so pruning neither counts it nor deletes the real model_00000300.bin for it.
+TEST(prune_ignores_non_canonical_names) {
+    std::string dir = folder_with({200, 300});
+    for (const char* stray : {"model_000000300.bin", "state_000000300.bin", "model_0000000300.bin"}) {
+        write_file(dir + "/" + stray, "stray");
+    }
+    checkpoint_prune(dir, 300, 1);
+    CHECK(files_left(dir, {300}));
+    CHECK(read_file(checkpoint_path(dir, "model", 300)) == "m" && read_file(dir + "/model_000000300.bin") == "stray");
     remove_dir(dir);
 }
 
@@ -111,6 +136,12 @@ TEST(state_file_names) {
     CHECK(checkpoint_step_of("state_0000042.bin", "state") == -1);
     CHECK(checkpoint_step_of("state_00000042.bin.tmp.h.1", "state") == -1);
     CHECK(checkpoint_step_of("model_123456789.bin") == 123456789);
+    CHECK(checkpoint_step_of("model_2147483647.bin") == 2147483647);
+    for (const char* other : {"model_000000300.bin", "model_0000000300.bin", "model_012345678.bin", "model_2147483648.bin",
+                              "model_99999999999.bin", "model_+0000300.bin", "model_-0000300.bin", "model_00000300.bin ",
+                              "modelx00000300.bin", "model_00000300.BIN", "model_.bin", "model"}) {
+        CHECK(checkpoint_step_of(other) == -1);
+    }
 }
 
 // -y 1's rule. Killed (kill -9) before its first checkpoint was complete, a run leaves a model file

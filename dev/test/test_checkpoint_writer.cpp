@@ -93,7 +93,7 @@ TEST(order_model_state_latest_prune) {
     CHECK(waited > 0.1 && done.step == 6 && done.error.empty() && done.seconds >= 0.2);
     CHECK(events == std::vector<std::string>({"model 6 latest 3", "state after model latest 3"}));
     CHECK(latest_of(dir) == "6\n");
-    CHECK(checkpoint_steps(dir, "model") == std::vector<int>({6}) && checkpoint_steps(dir, "state") == std::vector<int>({6}));
+    CHECK(checkpoint_scan(dir).model == std::vector<int>({6}) && checkpoint_scan(dir).state == std::vector<int>({6}));
     CHECK(no_temp_files(dir));
     checkpoint_writer_free(&w);
     remove_dir(dir);
@@ -126,7 +126,7 @@ TEST(folder_watched_during_a_slowed_write) {
     if (folder_stage(dir, 20) != stages.back()) { stages.push_back(folder_stage(dir, 20)); }
     CHECK(stages == std::vector<int>({0, 1, 2, 3}));
     CHECK(done.step == 20 && done.error.empty() && done.seconds >= 0.45);
-    CHECK(checkpoint_steps(dir, "model") == std::vector<int>({20}) && no_temp_files(dir));
+    CHECK(checkpoint_scan(dir).model == std::vector<int>({20}) && no_temp_files(dir));
     checkpoint_writer_free(&w);
     remove_dir(dir);
 }

@@ -488,15 +488,6 @@ TEST(sha256_known_vectors) {
 // ---------------------------------------------------------------------------------
 // prepare_data.
 
-// Runs fn() in a child process, CHECKs that it exits 0 and returns its stderr.
-template <typename F>
-static std::string stderr_of_success(F fn) {
-    char err[8192];
-    int status = run_in_child(fn, err, sizeof(err));
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    return err;
-}
-
 // How many times `part` occurs in `text`.
 static size_t occurrences(const std::string& text, const std::string& part) {
     size_t count = 0;

@@ -196,16 +196,68 @@ TEST(merges_from_the_vocabulary) {
 // The table of parameter tensors: GPT-2 124M's count, the exact formula, decay on the 2-D tensors only.
 TEST(parameter_table_gives_gpt2_shapes) {
     ModelShape d12;
-    CHECK(model_shape_by_depth("d12", &d12) && !model_shape_by_depth("d13", &d12) && d12.num_heads == 12);
+    std::string problem;
+    CHECK(model_shape_by_name("d12", &d12, &problem) && problem.empty() && d12.num_heads == 12);
     CHECK(count_parameters(&d12) == 124475904);  // GPT-2 124M with the vocabulary padded to 50304
-    for (const char* name : {"d12", "d24", "d36", "d48"}) {
+    for (const NamedShape& named : MODEL_SHAPES) {
         ModelShape shape;
-        CHECK(model_shape_by_depth(name, &shape) && count_parameters(&shape) == model_file_exact_parameters(&shape));
+        CHECK(model_shape_by_name(named.name, &shape, &problem) && problem.empty());
+        CHECK(shape.num_layers == named.layers && shape.num_heads == named.heads && shape.channels == named.channels);
+        CHECK(count_parameters(&shape) == model_file_exact_parameters(&shape) && model_shape_problem(&shape).empty());
     }
     for (const ParameterTensor& t : PARAMETER_TENSORS) { CHECK(t.decayed == (t.cols != DIM_ONE)); }
     size_t sizes[NUM_PARAMETER_TENSORS];
     parameter_sizes(&d12, sizes);
     CHECK(sizes[0] == 50304u * 768 && sizes[4] == 12u * 3 * 768 * 768 && sizes[15] == 768);
+}
+
+// d6 and the custom form L<layers>C<channels>H<heads>; names that are not shapes are files.
+TEST(shapes_by_name) {
+    ModelShape d6, custom;
+    std::string problem;
+    CHECK(model_shape_by_name("d6", &d6, &problem) && problem.empty());
+    CHECK(d6.num_layers == 6 && d6.channels == 384 && d6.num_heads == 6 && d6.attention == ATTENTION_SOFTMAX);
+    CHECK(count_parameters(&d6) == 30357504);  // 6 layers of 12 C^2 + 13 C, 50304 + 1024 embedding rows, 2 C
+    CHECK(model_shape_by_name("L6C384H6", &custom, &problem) && problem.empty());
+    CHECK(memcmp(&custom, &d6, sizeof(d6)) == 0);
+    CHECK(model_shape_by_name("L2C128H4", &custom, &problem) && problem.empty() && custom.num_heads == 4);
+    CHECK(model_shape_by_name("L256C2048H16", &custom, &problem) && problem.empty());
+    for (const char* file : {"d13", "d", "L6C384", "L6C384H6x", "l6c384h6", "L6C384H", "LC384H6", "L1234567C64H1",
+                             "L6 C384H6", "model.bin", ""}) {
+        CHECK(!model_shape_by_name(file, &custom, &problem));
+    }
+}
+
+// Named shapes the kernels cannot run: one line naming every limit.
+TEST(bad_shapes_name_the_limits) {
+    const char* limits = "the trainer runs 1 <= L <= 256, C <= 2048 a multiple of 4 and of NH, head size C/NH 32, 64 or 128";
+    ModelShape shape;
+    for (const char* bad : {"L0C384H6", "L257C384H6", "L6C384H5", "L6C384H4", "L6C96H1", "L6C4096H32", "L6C0H1",
+                            "L6C384H0", "L6C200H1", "L6C66H2"}) {
+        std::string problem;
+        CHECK(model_shape_by_name(bad, &shape, &problem) && problem.find(limits) != std::string::npos);
+    }
+    std::string problem;
+    CHECK(model_shape_by_name("L6C384H5", &shape, &problem) && problem == std::string("L=6 C=384 NH=5: ") + limits);
+}
+
+// The Hugging Face export carries a small shape: config.json's n_layer, n_head, n_embd read back.
+TEST(hf_export_carries_d6) {
+    ModelShape d6, back;
+    std::string problem;
+    CHECK(model_shape_by_name("L2C128H4", &d6, &problem));
+    d6.vocab_size = 300, d6.padded_vocab_size = 384, d6.max_seq_len = 64, d6.attention = ATTENTION_RELU;
+    std::vector<float> params(count_parameters(&d6));
+    for (size_t i = 0; i < params.size(); i++) { params[i] = (float)(i % 97) * 0.01f; }
+    float* wte_padding = params.data() + (size_t)d6.vocab_size * d6.channels;  // read back as zeros
+    std::fill(wte_padding, params.data() + (size_t)d6.padded_vocab_size * d6.channels, 0.0f);
+    std::string dir = make_temp_dir("test_hf");
+    gpt2_to_hf(dir.c_str(), &d6, params.data(), nullptr);
+    std::vector<float> read;
+    gpt2_from_hf(dir.c_str(), &back, &read);
+    CHECK(back.num_layers == 2 && back.channels == 128 && back.num_heads == 4 && back.attention == ATTENTION_RELU);
+    CHECK(read == params);
+    remove_dir(dir);
 }
 
 // Found by fuzzing: a header whose parameter count wraps to 0 in 64 bits (L = 2^31-1, C = 2^30).

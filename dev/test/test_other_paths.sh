@@ -17,7 +17,6 @@ fi
 source dev/test/runs.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-small=dev/test/fixtures/gpt2_small
 make -s -j"$(nproc)" build/compute_75/test_gpt2_fp32 build/compute_75/train_gpt2_fp32 \
   build/compute_80/test_gpt2_fp32 build/compute_80/train_gpt2_fp32 > "$work/build.log" 2>&1 ||
   { cat "$work/build.log"; echo "FAIL  the compute_75 and compute_80 builds"; exit 1; }
@@ -27,13 +26,7 @@ echo "(builds: $((SECONDS - start)) s)"
 fixtures() {
   local args log
   log=$(mktemp -p "$work")
-  for args in "-f 0 -m ${small}_softmax_model.bin -s ${small}_softmax_state.bin" \
-              "-f 0 -m ${small}_relu_model.bin -s ${small}_relu_state.bin" \
-              "-f 1 -m ${small}_softmax_model.bin -s ${small}_softmax_state.bin" \
-              "-f 1 -m ${small}_relu_model.bin -s ${small}_relu_state.bin" \
-              "-f 2 -m ${small}_softmax_model.bin -s ${small}_softmax_state.bin" \
-              "-f 2 -m ${small}_relu_model.bin -s ${small}_relu_state.bin" \
-              "--decode"; do
+  for args in "${fixture_runs[@]}"; do
     # shellcheck disable=SC2086  # args: the flags, split
     "$1/test_gpt2_fp32" $args > "$log" 2>&1 || { echo "    $1/test_gpt2_fp32 $args:"; grep -E 'FAIL|error' "$log" | head -n 8; return 1; }
   done

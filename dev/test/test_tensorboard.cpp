@@ -70,23 +70,14 @@ TEST(file_names_never_overwrite) {
     remove_dir(dir);
 }
 
-// What fn() prints to stderr in a child process that must exit 0; its number of lines in *lines.
-template <typename F>
-static std::string stderr_of(F fn, int* lines) {
-    char err[4096];
-    int status = run_in_child(fn, err, sizeof(err));
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    std::string text = err;
-    *lines = (int)std::count(text.begin(), text.end(), '\n');
-    return text;
-}
+// The lines of a child's stderr.
+static int line_count(const std::string& text) { return (int)std::count(text.begin(), text.end(), '\n'); }
 
 // The folder removed mid-run: one line naming the file, then no more writes, and no crash.
 TEST(removed_folder_stops_with_one_line) {
     std::string dir = make_temp_dir("test_tensorboard");
     set_clock({1700000000.0});
-    int lines = 0;
-    std::string err = stderr_of([&] {
+    std::string err = stderr_of_success([&] {
         TensorBoard tb;
         if (!tensorboard_open(&tb, dir, fixed_clock)) { exit(2); }
         remove_dir(dir);
@@ -95,8 +86,8 @@ TEST(removed_folder_stops_with_one_line) {
         tensorboard_session_start(&tb, 4);
         if (tb.file != nullptr) { exit(3); }
         tensorboard_close(&tb);
-    }, &lines);
-    CHECK(lines == 1);
+    });
+    CHECK(line_count(err) == 1);
     CHECK(err.find("tensorboard: cannot write " + dir + "/events.out.tfevents.1700000000.") == 0);
     CHECK(err.find(": No such file or directory; no more TensorBoard events are written") != std::string::npos);
     remove_dir(dir);
@@ -104,8 +95,7 @@ TEST(removed_folder_stops_with_one_line) {
 
 // A full disk (/dev/full fails every flush).
 TEST(full_disk_stops_with_one_line) {
-    int lines = 0;
-    std::string err = stderr_of([] {
+    std::string err = stderr_of_success([] {
         TensorBoard tb;
         tb.path = "/dev/full";
         tb.file = fopen(tb.path.c_str(), "wb");
@@ -113,7 +103,8 @@ TEST(full_disk_stops_with_one_line) {
         tensorboard_scalars(&tb, 1, {{"train/loss", 1.0f}});
         tensorboard_scalars(&tb, 2, {{"train/loss", 1.0f}});
         if (tb.file != nullptr) { exit(3); }
-    }, &lines);
+    });
+    int lines = line_count(err);
     CHECK(lines == (file_exists("/dev/full") ? 1 : 0));
     CHECK(lines == 0 || err == "tensorboard: cannot write /dev/full: No space left on device; no more TensorBoard "
                                "events are written (the run goes on)\n");
@@ -121,14 +112,13 @@ TEST(full_disk_stops_with_one_line) {
 
 TEST(open_in_a_missing_folder_says_so) {
     set_clock({1700000000.0});
-    int lines = 0;
-    std::string err = stderr_of([] {
+    std::string err = stderr_of_success([] {
         TensorBoard tb;
         if (tensorboard_open(&tb, "/nonexistent/run", fixed_clock) || tb.file != nullptr) { exit(3); }
         tensorboard_scalars(&tb, 1, {{"train/loss", 1.0f}});  // a writer never opened does nothing
         tensorboard_close(&tb);
-    }, &lines);
-    CHECK(lines == 1);
+    });
+    CHECK(line_count(err) == 1);
     CHECK(err.find("tensorboard: cannot create /nonexistent/run/events.out.tfevents.1700000000.") == 0);
     CHECK(err.find(": No such file or directory; no TensorBoard events are written") != std::string::npos);
 }

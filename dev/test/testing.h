@@ -90,6 +90,15 @@ static int run_in_child(F fn, char* err, size_t err_size) {
     return status;
 }
 
+// What fn() prints to stderr in a child process, CHECKing that the child exits 0.
+template <typename F>
+static std::string stderr_of_success(F fn) {
+    char err[8192];
+    int status = run_in_child(fn, err, sizeof(err));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return err;
+}
+
 // Runs fn() in a child process; true if the child exited non-zero and its stderr contains
 // `expected` (a fragment of the one-line error).
 template <typename F>
