@@ -554,7 +554,6 @@ struct FlashBackwardWgmmaDkdv {
 constexpr int PP_STAGES = 3;
 constexpr int PP_THREADS = 3 * 128;
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
 }
