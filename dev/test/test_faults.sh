@@ -41,6 +41,11 @@ run="./train_gpt2_fp32 -e d12 -b 4 -t 64 -l 6e-4 -u 3 -c 0.1 -v 0 -s 0 --seed 7"
 source dev/test/runs.sh
 checksum() { grep '^weights checksum' "$1"; }
 no_temp_files() { ! ls "$1" | grep -q '\.tmp\.'; }
+# resumed_at LOG STEP: LOG's -y 1 run resumed at STEP, or (STEP empty: there was no checkpoint) started
+# from scratch; a run that silently started over would end bit-identical too
+resumed_at() {
+  if [ -n "$2" ]; then grep -q "^resumed from .* at step $2 on" "$1"; else grep -q "^-y 1: no checkpoint .* starting from scratch" "$1"; fi
+}
 differ() { ! cmp -s "$1" "$2"; }
 # header int slot $2 of file $1
 header_int() { od -An -t d4 -j $((4 * $2)) -N 4 "$1" | tr -d ' '; }
@@ -148,9 +153,12 @@ signal_trial() {  # signal_trial N: prints "ok" when trial N's resumed run ends 
   else
     status=$(interrupt_at "$dir.log" "$step" TERM $run -x 40 -n 10 -nk 1 -o "$dir")
   fi
-  if grep -q "stopped by a signal after step" "$dir.log" && [ "$status" = 75 ] && [ "$waited" = 1 ]; then
+  local stopped
+  stopped=$(sed -n 's/^stopped by a signal after step \([0-9]*\): checkpoint .*/\1/p' "$dir.log")
+  if [ -n "$stopped" ] && [ "$status" = 75 ] && [ "$waited" = 1 ]; then
     $run -x 40 -n 10 -nk 1 -o "$dir" -y 1 > "$dir.resume.log" 2>&1
-    [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/straight.log")" ] && echo ok
+    [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/straight.log")" ] && resumed_at "$dir.resume.log" "$stopped" &&
+      echo ok
   else
     echo "      trial $1 (signal at step $step): status $status, waited for the write in flight: $waited" >&2
   fi
@@ -168,10 +176,14 @@ if want kills; then
 # kill -9 at random times while checkpointing (one every 3 steps), then resume
 $run -x 12 -n 3 -o "$work/kill_straight" > "$work/kill_straight.log" 2>&1
 kill_trial() {  # kill_trial N: prints "ok" when trial N's resumed run ends as the straight one, no temporary files left
-  local dir="$work/kill_$1"
+  local dir="$work/kill_$1" during_write=1 latest
   if (( $1 % 2 == 1 )); then  # odd trials: during the slowed background write of checkpoint 3, 6 or 9
-    interrupt_on "$dir.log" "^checkpoint at step $((RANDOM % 3 * 3 + 3)): the GPU stalled" "$(within_slow_write)" KILL \
+    local step=$((RANDOM % 3 * 3 + 3))
+    interrupt_on "$dir.log" "^checkpoint at step $step: the GPU stalled" "$(within_slow_write)" KILL \
       $slowed $run -x 12 -n 3 -o "$dir" > /dev/null
+    # the kill cut that write: not reported written, latest not moved to it
+    grep -q "^checkpoint at step $step: written in" "$dir.log" && during_write=0
+    [ "$(cat "$dir/latest" 2> /dev/null)" = "$step" ] && during_write=0
   else
     $run -x 12 -n 3 -o "$dir" > "$dir.log" 2>&1 &
     local pid=$!
@@ -180,8 +192,10 @@ kill_trial() {  # kill_trial N: prints "ok" when trial N's resumed run ends as t
     kill -9 $pid 2> /dev/null
     wait $pid 2> /dev/null
   fi
+  latest=$(cat "$dir/latest" 2> /dev/null)
   $run -x 12 -n 3 -o "$dir" -y 1 > "$dir.resume.log" 2>&1
-  [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/kill_straight.log")" ] && no_temp_files "$dir" && echo ok
+  [ "$(checksum "$dir.resume.log")" = "$(checksum "$work/kill_straight.log")" ] && no_temp_files "$dir" &&
+    resumed_at "$dir.resume.log" "$latest" && [ "$during_write" = 1 ] && echo ok
   rm -rf "$dir"
 }
 kill_ok=$(in_parallel "$KILL_TRIALS" kill_trial | grep -c '^ok$')
