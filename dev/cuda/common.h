@@ -449,6 +449,18 @@ static void gpt2_124m_parameter_sizes(size_t sizes[NUM_PARAMETER_TENSORS]) {
     parameter_sizes(&config, sizes);
 }
 
+// Row `row` of a linear layer in double: inp (rows, K) @ weight (N, K)^T + bias (none: empty).
+static std::vector<double> linear_reference_row(const std::vector<float>& inp, const std::vector<float>& weight,
+                                                const std::vector<float>& bias, int K, int N, int row) {
+    std::vector<double> out(N);
+    for (int o = 0; o < N; o++) {
+        double sum = bias.empty() ? 0.0 : bias[o];
+        for (int k = 0; k < K; k++) { sum += (double)inp[(size_t)row * K + k] * weight[(size_t)o * K + k]; }
+        out[o] = sum;
+    }
+    return out;
+}
+
 // Row indices spread over [0, rows): the rows a CPU check covers when all would take too long.
 static std::vector<int> sample_rows(int rows, int count) {
     std::vector<int> picked;

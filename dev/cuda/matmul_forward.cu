@@ -175,16 +175,16 @@ static double check_variant(const Buffers& d, Shape s, int variant) {
     if (gelu) { poison(d.pre, n_out); }
     launch_variant(variant, d, s);
     std::vector<float> inp = download(d.inp, (size_t)s.N * s.K), weight = download(d.weight, (size_t)s.OC * s.K);
-    std::vector<float> bias = download(d.bias, s.OC), out = download(d.out, n_out), pre;
+    std::vector<float> bias, out = download(d.out, n_out), pre;
+    if (s.has_bias) { bias = download(d.bias, s.OC); }
     if (gelu) { pre = download(d.pre, n_out); }
     ErrorMeter out_error = {}, pre_error = {};
     for (int row : sample_rows(s.N, checked_rows(s.K, s.OC))) {
+        std::vector<double> want = linear_reference_row(inp, weight, bias, s.K, s.OC, row);
         for (int o = 0; o < s.OC; o++) {
-            double sum = s.has_bias ? bias[o] : 0.0;
-            for (int k = 0; k < s.K; k++) { sum += (double)inp[(size_t)row * s.K + k] * weight[(size_t)o * s.K + k]; }
             size_t i = (size_t)row * s.OC + o;
-            error_add(&out_error, out[i], gelu ? gelu_tanh(sum) : sum);
-            if (gelu) { error_add(&pre_error, pre[i], sum); }
+            error_add(&out_error, out[i], gelu ? gelu_tanh(want[o]) : want[o]);
+            if (gelu) { error_add(&pre_error, pre[i], want[o]); }
         }
     }
     double error = std::max(error_value(out_error), gelu ? error_value(pre_error) : 0.0);

@@ -350,16 +350,16 @@ static double check_variant(const Buffers& d, const Shape& s, int variant) {
     if (gelu) { poison(d.gelu_out, n_out); }
     launch_variant(variant, d, s);
     std::vector<float> inp = download(d.inp, (size_t)s.M * s.K), weight = download(d.weight, (size_t)s.N * s.K);
-    std::vector<float> bias = download(d.bias, s.N), out = download(d.out, n_out), gelu_out;
+    std::vector<float> bias, out = download(d.out, n_out), gelu_out;
+    if (s.has_bias) { bias = download(d.bias, s.N); }
     if (gelu) { gelu_out = download(d.gelu_out, n_out); }
     ErrorMeter out_error = {}, gelu_error = {};
     for (int row : sample_rows(s.M, checked_rows(s.K, s.N))) {
+        std::vector<double> want = linear_reference_row(inp, weight, bias, s.K, s.N, row);
         for (int o = 0; o < s.N; o++) {
-            double sum = s.has_bias ? bias[o] : 0.0;
-            for (int k = 0; k < s.K; k++) { sum += (double)inp[(size_t)row * s.K + k] * weight[(size_t)o * s.K + k]; }
             size_t i = (size_t)row * s.N + o;
-            error_add(&out_error, out[i], sum);
-            if (gelu) { error_add(&gelu_error, gelu_out[i], gelu_tanh(sum)); }
+            error_add(&out_error, out[i], want[o]);
+            if (gelu) { error_add(&gelu_error, gelu_out[i], gelu_tanh(want[o])); }
         }
     }
     bool finite = count_non_finite(d.out, n_out) == 0 && (!gelu || count_non_finite(d.gelu_out, n_out) == 0);
