@@ -245,6 +245,16 @@ static inline FlagReader args_field(T* field) {
     };
 }
 
+// A path: never empty, which would read as "not given" (-i "$DATA" with DATA unset would train on
+// the bundled data).
+template <typename T>
+static inline FlagReader args_path(T* field) {
+    return [field](const char* flag, const char* value, std::string* error) {
+        if (*value == '\0') { return set_problem(error, "flag %s: an empty path (an unset variable?)", flag); }
+        return args_read_value(flag, value, field, error);
+    };
+}
+
 // One of an enum's names (its table, indexed by the enum's values from 0), stored as its value.
 template <typename Enum, size_t N>
 static inline FlagReader args_choice(Enum* field, const char* const (&names)[N]) {
@@ -262,9 +272,9 @@ static inline FlagReader args_choice(Enum* field, const char* const (&names)[N])
 static inline std::vector<Flag> args_flags(TrainArgs* a) {
     RunShape* r = &a->shape;
     return {
-        {"-i", args_field(&a->train_pattern)}, {"-j", args_field(&a->val_pattern)}, {"-e", args_field(&a->model)},
-        {"-o", args_field(&a->output_dir)}, {"--tokenizer", args_field(&a->tokenizer)},
-        {"--rendezvous-dir", args_field(&a->rendezvous_dir)}, {"--overlap", args_choice(&a->overlap, OVERLAP_NAMES)},
+        {"-i", args_path(&a->train_pattern)}, {"-j", args_path(&a->val_pattern)}, {"-e", args_path(&a->model)},
+        {"-o", args_path(&a->output_dir)}, {"--tokenizer", args_path(&a->tokenizer)},
+        {"--rendezvous-dir", args_path(&a->rendezvous_dir)}, {"--overlap", args_choice(&a->overlap, OVERLAP_NAMES)},
         {"-A", args_choice(&r->attention, ATTENTION_NAMES)},
         {"--seed", args_field(&r->seed)}, {"-b", args_field(&r->B)}, {"-t", args_field(&r->T)},
         {"-d", args_field(&a->total_batch_tokens)}, {"-x", args_field(&r->max_steps)}, {"-l", args_field(&r->lr)},
@@ -280,11 +290,11 @@ static inline std::vector<Flag> args_flags(TrainArgs* a) {
         {"-y", args_field(&a->resume)}, {"-r", args_field(&a->recompute)},
         {"--peak-tflops", args_field(&a->peak_tflops)}, {"--stop-at", args_field(&a->stop_at)},
         {"--checkpoint-sync", args_field(&a->checkpoint_sync)}, {"--tensorboard", args_field(&a->tensorboard)},
-        {"--prompt", args_field(&a->prompt)}, {"--prompt-file", args_field(&a->prompt_file)},
+        {"--prompt", args_field(&a->prompt)}, {"--prompt-file", args_path(&a->prompt_file)},
         {"--gen", args_field(&a->gen_new)}, {"--batch-samples", args_field(&a->batch_samples)},
         {"--temperature", args_field(&a->temperature)}, {"--top-k", args_field(&a->top_k)},
-        {"--top-p", args_field(&a->top_p)}, {"--eval", args_field(&a->eval_path)},
-        {"--eval-every", args_field(&a->eval_every)}, {"--eval-report", args_field(&a->eval_report)},
+        {"--top-p", args_field(&a->top_p)}, {"--eval", args_path(&a->eval_path)},
+        {"--eval-every", args_field(&a->eval_every)}, {"--eval-report", args_path(&a->eval_report)},
     };
 }
 
