@@ -43,6 +43,7 @@
 #include <string>
 
 #include "llmc/checksum.h"
+#include "llmc/utf8.h"
 #include "llmc/utils.h"
 
 constexpr uint32_t TENSORBOARD_CRC_MASK_DELTA = 0xa282ead8;
@@ -228,10 +229,12 @@ static inline void tensorboard_scalars(TensorBoard* tb, int64_t step,
     tensorboard_write(tb, tb->clock(), step, PB_EVENT_SUMMARY, tensorboard_scalars_summary(scalars));
 }
 
-// Text (UTF-8; TensorBoard's text dashboard renders it as Markdown).
+// Text, rendered as Markdown by TensorBoard's text dashboard, which fails on ill-formed UTF-8: each
+// such byte (a raw byte of a path, a character cut short) is written as U+FFFD.
 static inline void tensorboard_text(TensorBoard* tb, const std::string& tag, int64_t step, const std::string& text) {
     if (tb->file == nullptr) { return; }
-    tensorboard_write(tb, tb->clock(), step, PB_EVENT_SUMMARY, tensorboard_text_summary(tag, text));
+    std::string repaired = utf8_repaired((const uint8_t*)text.data(), text.size());
+    tensorboard_write(tb, tb->clock(), step, PB_EVENT_SUMMARY, tensorboard_text_summary(tag, repaired));
 }
 
 // A SessionLog START at `step`: see the top of this file.

@@ -100,3 +100,22 @@ static inline size_t utf8_invalid_bytes(const uint8_t* s, size_t size, size_t* f
     }
     return count;
 }
+
+// The bytes at s with each one that is not part of a well-formed sequence (a raw byte of a path, a
+// character cut short) replaced by U+FFFD, so that readers that require UTF-8 take the text whole.
+static inline std::string utf8_repaired(const uint8_t* s, size_t size) {
+    std::string out;
+    out.reserve(size);
+    for (size_t pos = 0; pos < size;) {
+        size_t len = s[pos] < 0x80 ? 1 : utf8_sequence_length(s + pos, size - pos);
+        if (len == 0) {
+            utf8_append(&out, 0xFFFD);
+            pos++;
+        } else {
+            out.append((const char*)s + pos, len);
+            pos += len;
+        }
+    }
+    return out;
+}
+

@@ -47,6 +47,25 @@ TEST(records_match_what_tensorboard_wrote) {
     remove_dir(dir);
 }
 
+// A raw byte of a path and a character cut short (a table row cut at its buffer's size) are
+// written as U+FFFD: TensorBoard's text dashboard fails on ill-formed UTF-8.
+TEST(text_repaired_to_utf8) {
+    std::string broken = "run in /data/\xff\xfe: caf\xc3\xa9 \xe2\x80", repaired = "run in /data/\xef\xbf\xbd\xef\xbf\xbd: caf\xc3\xa9 \xef\xbf\xbd\xef\xbf\xbd";
+    CHECK(utf8_repaired((const uint8_t*)broken.data(), broken.size()) == repaired);
+    std::string files[2];
+    for (int i = 0; i < 2; i++) {
+        set_clock({1700000000.25});
+        std::string dir = make_temp_dir("test_tensorboard");
+        TensorBoard tb;
+        CHECK(tensorboard_open(&tb, dir, fixed_clock));
+        tensorboard_text(&tb, "configuration", 0, i == 0 ? broken : repaired);
+        tensorboard_close(&tb);
+        files[i] = read_file(only_file_in(dir));
+        remove_dir(dir);
+    }
+    CHECK(!files[0].empty() && files[0] == files[1]);
+}
+
 TEST(masked_crc_of_known_input) {
     CHECK(tensorboard_masked_crc("123456789", 9) == 0xc78ab0e5);  // CRC32C 0xe3069283, masked
     CHECK(tensorboard_masked_crc("", 0) == 0xa282ead8);           // CRC 0: the mask's delta alone
