@@ -147,7 +147,7 @@ static inline void args_print_usage(FILE* out) {
         "  -nk K       keep the last K checkpoints, 0 = all (default 0)\n"
         "  -y 0|1      resume from the latest checkpoint in -o DIR, on any number of GPUs (default 0); with\n"
         "              no checkpoint there yet (a run stopped before its first), start from scratch\n"
-        "  --force     start a new run in an -o DIR that holds another run\n"
+        "  --force     start a new run in an -o DIR that holds another run (its files move to DIR/replaced_*)\n"
         "  --stop-at S exit at step S after writing its checkpoint, to resume later with -y 1\n"
         "  --checkpoint-sync 0|1  1 = write each checkpoint while the GPU waits; 0 = copy it to pinned host\n"
         "              memory and write it in the background while training goes on (synchronous where\n"

@@ -21,16 +21,54 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "llmc/checkpoint_dir.h"
 #include "llmc/tensorboard.h"
 #include "llmc/utils.h"
 
+// Whether a file of dir, by its name, belongs to the run there: main.log, latest, a checkpoint file,
+// an event file.
+static inline bool log_run_file(const std::string& name) {
+    return name == "main.log" || name == "latest" || checkpoint_step_of(name, "model") >= 0 ||
+           checkpoint_step_of(name, "state") >= 0 || name.rfind(TENSORBOARD_FILE_PREFIX, 0) == 0;
+}
+
+// --force over a folder holding a run: the run's files (log_run_file) move into a new subfolder
+// DIR/replaced_<local date and time>, so that -y 1 cannot resume the discarded run and TensorBoard
+// shows the new run alone, and nothing is deleted. Returns that subfolder ("": nothing to move).
+static inline std::string log_set_aside(const std::string& dir) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        std::string name = entry.path().filename().string();
+        if (entry.is_regular_file(ec) && log_run_file(name)) { names.push_back(name); }
+    }
+    if (names.empty()) { return ""; }
+    char stamp[32];
+    time_t now = time(nullptr);
+    strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", localtime(&now));
+    std::string aside = dir + "/replaced_" + stamp;
+    for (int n = 2; mkdir(aside.c_str(), 0755) != 0; n++) {
+        if (errno != EEXIST) { fail("--force: cannot create %s: %s", aside.c_str(), strerror(errno)); }
+        aside = dir + "/replaced_" + stamp + "_" + std::to_string(n);
+    }
+    for (const std::string& name : names) {
+        if (rename((dir + "/" + name).c_str(), (aside + "/" + name).c_str()) != 0) {
+            fail("--force: cannot move %s/%s into %s: %s", dir.c_str(), name.c_str(), aside.c_str(), strerror(errno));
+        }
+    }
+    return aside;
+}
+
 // Opens DIR/main.log (creating DIR): a new run refuses a DIR that holds another run (a main.log or
-// a completed checkpoint) unless `force`, and starts the log afresh; a -y 1 run (`resume`) appends,
-// whether it resumes or starts from scratch where no checkpoint was completed.
+// a completed checkpoint) unless `force`, which sets that run's files aside (log_set_aside, saying
+// where) and starts the log afresh; a -y 1 run (`resume`) appends, whether it resumes or starts
+// from scratch where no checkpoint was completed.
 static inline FILE* log_open(const std::string& dir, bool resume, bool force) {
     if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
         fail("flag -o: cannot create directory %s: %s", dir.c_str(), strerror(errno));
@@ -38,6 +76,10 @@ static inline FILE* log_open(const std::string& dir, bool resume, bool force) {
     std::string path = dir + "/main.log";
     if (!resume && !force && (file_exists(path.c_str()) || checkpoint_ever_completed(dir))) {
         fail("flag -o: %s already holds a run; resume it with -y 1, or pass --force to start over", dir.c_str());
+    }
+    if (!resume && force) {
+        std::string aside = log_set_aside(dir);
+        if (!aside.empty()) { printf("--force: the run that was in %s moved to %s\n", dir.c_str(), aside.c_str()); }
     }
     return fopen_or_fail(path.c_str(), resume ? "a" : "w");
 }
@@ -59,7 +101,7 @@ struct RunLog {
 };
 
 // log_open's main.log in dir and, with `tensorboard`, a new event file beside it. A new run's
-// events start a session at step 0: TensorBoard then drops what an older run there left (--force).
+// events start a session at step 0.
 static inline RunLog run_log_open(const std::string& dir, bool resume, bool force, bool tensorboard) {
     RunLog log;
     log.file = log_open(dir, resume, force);

@@ -48,6 +48,7 @@
 
 constexpr uint32_t TENSORBOARD_CRC_MASK_DELTA = 0xa282ead8;
 constexpr const char* TENSORBOARD_FILE_VERSION = "brain.Event:2";
+constexpr const char* TENSORBOARD_FILE_PREFIX = "events.out.tfevents.";  // then <unix seconds>.<host>
 constexpr int TENSORBOARD_MAX_SUFFIX = 999;  // ".001" to ".999": names tried past the first
 
 // Event's fields (tensorflow/core/util/event.proto) and the others written here.
@@ -203,7 +204,7 @@ static inline bool tensorboard_open(TensorBoard* tb, const std::string& dir,
     double now = clock();
     char seconds[32];
     snprintf(seconds, sizeof(seconds), "%010lld", (long long)now);  // as TensorFlow names them
-    std::string base = dir + "/events.out.tfevents." + seconds + "." + host_name();
+    std::string base = dir + "/" + TENSORBOARD_FILE_PREFIX + seconds + "." + host_name();
     int fd = -1;
     for (int suffix = 0; fd < 0 && suffix <= TENSORBOARD_MAX_SUFFIX; suffix++) {
         char tail[16];

@@ -133,4 +133,34 @@ TEST(open_appends_when_resuming) {
     remove_dir(dir);
 }
 
+// --force over a run: its log, latest, checkpoints and event files move into one replaced_*
+// subfolder, whole; the user's other files and names that are no checkpoint's stay.
+TEST(force_sets_the_earlier_run_aside) {
+    std::string dir = make_temp_dir("test_logger");
+    std::vector<std::string> run_files = {"main.log", "latest", "model_00000010.bin", "state_00000010.bin",
+                                          "events.out.tfevents.1700000000.host"};
+    for (const std::string& name : run_files) { write_file(dir + "/" + name, name); }
+    write_file(dir + "/notes.txt", "mine");
+    write_file(dir + "/model_000000010.bin", "not a checkpoint's name");
+    fclose(log_open(dir, false, true));
+    std::vector<std::string> asides;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        if (entry.path().filename().string().rfind("replaced_", 0) == 0) { asides.push_back(entry.path().string()); }
+    }
+    CHECK(asides.size() == 1);
+    for (const std::string& name : run_files) {
+        CHECK(!asides.empty() && read_file(asides[0] + "/" + name) == name);
+        if (name != "main.log") { CHECK(!file_exists((dir + "/" + name).c_str())); }
+    }
+    CHECK(read_file(dir + "/main.log").empty() && !checkpoint_ever_completed(dir));
+    CHECK(read_file(dir + "/notes.txt") == "mine" && file_exists((dir + "/model_000000010.bin").c_str()));
+    fclose(log_open(dir, false, true));  // again: a second subfolder, the first kept
+    size_t count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        count += entry.path().filename().string().rfind("replaced_", 0) == 0;
+    }
+    CHECK(count == 2);
+    remove_dir(dir);
+}
+
 TEST_MAIN()
