@@ -7,7 +7,8 @@ validation loss, and throughput in its own panel; or writes every logged number 
     python scripts/plot.py log_a log_b --csv runs.csv         # every logged number, for pandas
 
 A run is a folder (its main.log) or a log file, labelled by its folder's name. One run's figure
-goes beside its log (NAME.png for NAME.log) unless -o names it; several runs need -o, or only --csv.
+goes beside its log (NAME.png for NAME.log) unless -o names it; several runs need -o. With --csv, a
+figure is drawn only where -o names one. Figures need matplotlib; -h and --csv do not.
 Existing outputs are replaced (each through a temporary file): a figure is redrawn as a run goes on.
 
 main.log (llmc/logger.h): `s:STEP trl:LOSS lr:LR norm:NORM ms:MS tok/s:TOKS mfu:PERCENT` for
@@ -33,10 +34,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-
-from matplotlib.backend_bases import FigureCanvasBase
-from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
 
 CSV_COLUMNS = ["run", "step", "tokens", "train_loss", "lr", "norm", "ms", "tok_s", "mfu", "val_loss", "eval", "skipped"]
 # a step line's first key: its kind, and the columns of its keys (all of them present)
@@ -169,6 +166,9 @@ def series(run, column, x_axis, steady=False):
 
 def make_figure(runs, x_axis="step", smooth=0.9, title="GPT-2 training"):
     """The runs' figure: loss against x_axis ('step' or 'tokens') on the left, tok/s on the right."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
+
     fig = Figure(figsize=(13, 4.8))
     loss_ax, speed_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     for i, run in enumerate(runs):
@@ -229,6 +229,16 @@ def write_through_temp(path, data):
             os.remove(temp)
 
 
+def figure_formats():
+    """The figure formats matplotlib writes, imported here and not at the top so that -h and --csv run
+    without it; without it, one line saying how to install it, and exit 1."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        sys.exit("plot.py: error: figures need matplotlib: python3 -m pip install matplotlib (--csv needs none)")
+    return FigureCanvasBase.get_supported_filetypes()
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", metavar="RUN", help="a run's folder (DIR/main.log) or log file")
@@ -243,9 +253,10 @@ def parse_args():
         parser.error("--smooth: a factor from 0 to below 1")
     if args.output is None and len(args.runs) > 1 and args.csv is None:
         parser.error("several runs: name the figure with -o FILE.png (or write only --csv)")
-    if args.output is not None:
-        ext = os.path.splitext(args.output)[1][1:]
-        if ext not in FigureCanvasBase.get_supported_filetypes():
+    args.figure = args.output is not None or args.csv is None  # one run's figure by default, not beside --csv
+    if args.figure:
+        formats = figure_formats()
+        if args.output is not None and os.path.splitext(args.output)[1][1:] not in formats:
             parser.error(f"-o {args.output}: not a figure format matplotlib writes (.png, .svg, .pdf, ...)")
     return args
 
@@ -254,7 +265,7 @@ def main():
     args = parse_args()
     try:
         runs = read_runs(args.runs)
-        output = args.output or (os.path.splitext(runs[0].path)[0] + ".png" if len(runs) == 1 else None)
+        output = args.output or (os.path.splitext(runs[0].path)[0] + ".png" if args.figure else None)
         inputs = {os.path.realpath(run.path) for run in runs}
         for path in (output, args.csv):
             if path is not None and os.path.realpath(path) in inputs:

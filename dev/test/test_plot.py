@@ -2,7 +2,8 @@
 (softmax: a `# tokens per step` line, a skipped update, a resume that logs steps 12 and 13 again;
 relu: no such line, a restart from scratch and a resume), through Run, the matplotlib Figure that
 make_figure returns, and the command line (PNG, CSV, one-line errors for damaged, empty and missing
-logs). Run by dev/test/test_plot.sh, which provides matplotlib.
+logs); -h and --csv with matplotlib hidden, and a figure asked for without it. Run by
+dev/test/test_plot.sh, which provides matplotlib.
 """
 import csv
 import io
@@ -18,6 +19,9 @@ import plot  # noqa: E402
 
 LOGS = os.path.join(REPO, "dev", "test", "fixtures", "logs")
 SOFTMAX, RELU = os.path.join(LOGS, "softmax"), os.path.join(LOGS, "relu")
+# python -c HIDE_MATPLOTLIB plot.py ARGS...: plot.py as its command line runs it, with `import matplotlib` failing
+HIDE_MATPLOTLIB = ("import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = sys.argv[1:]; "
+                   "runpy.run_path(sys.argv[0], run_name='__main__')")
 passed = failed = 0
 
 
@@ -27,9 +31,10 @@ def check(name, ok, detail=""):
     passed, failed = passed + ok, failed + (not ok)
 
 
-def plot_cli(*args):
-    return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "plot.py"), *args], capture_output=True,
-                          text=True)
+def plot_cli(*args, matplotlib=True):
+    hide = [] if matplotlib else ["-c", HIDE_MATPLOTLIB]
+    return subprocess.run([sys.executable, *hide, os.path.join(REPO, "scripts", "plot.py"), *args],
+                          capture_output=True, text=True)
 
 
 def lines_by_label(ax):
@@ -170,6 +175,24 @@ def test_bad_logs(work):
           and "Traceback" not in result.stderr, result.stderr)
 
 
+def test_without_matplotlib(work):
+    result = plot_cli("-h", matplotlib=False)
+    check("no matplotlib: -h works", result.returncode == 0 and "--csv" in result.stdout, result.stderr)
+    path = os.path.join(work, "hidden.csv")
+    result = plot_cli(SOFTMAX, RELU, "--csv", path, matplotlib=False)
+    check("no matplotlib: --csv of two runs works", result.returncode == 0 and os.path.isfile(path), result.stderr)
+    one = shutil.copytree(SOFTMAX, os.path.join(work, "hidden"))
+    result = plot_cli(one, "--csv", path, matplotlib=False)
+    check("no matplotlib: --csv of one run works, and draws no figure", result.returncode == 0
+          and not os.path.exists(os.path.join(one, "main.png")), result.stderr)
+    for args in ([one], [one, "-o", os.path.join(work, "hidden.png"), "--csv", path]):
+        result = plot_cli(*args, matplotlib=False)
+        check(f"no matplotlib, a figure asked for ({' '.join(args[1:]) or 'by default'}): one line how to install it",
+              result.returncode != 0 and len(result.stderr.splitlines()) == 1 and "pip install matplotlib"
+              in result.stderr and "Traceback" not in result.stderr and not os.path.exists(os.path.join(one, "main.png")),
+              result.stderr)
+
+
 def main():
     runs = plot.read_runs([SOFTMAX, RELU + "/"])
     check("labels: the folder names", [run.label for run in runs] == ["softmax", "relu"], [run.label for run in runs])
@@ -182,6 +205,7 @@ def main():
         test_cli_figure(work)
         test_cli_csv(work)
         test_bad_logs(work)
+        test_without_matplotlib(work)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
