@@ -4,8 +4,9 @@
 # (d12: 16, d48: 8), one optimizer step per B x 1024 x GPUs batch. Prints ms/step, global tok/s,
 # scaling efficiency (tok/s at G GPUs / (G x tok/s at 1 GPU with as many micro-steps), so the 1-GPU
 # run is needed), our exposed communication, memory per GPU (the trainer's count and nvidia-smi's
-# for rank 0's GPU during our run) and our tok/s / PyTorch's; then the issue's targets, met or missed; the
-# table last, in markdown.
+# for rank 0's GPU during our run) and our tok/s / PyTorch's; then issue 55's targets (d12 B=16 >= 98%
+# scaling and >= 1.9x DDP's tok/s at each GPU count above 1, d48 B=8 at 4 GPUs and more >= 98% with exposed
+# communication <= 7 ms), met or missed; the table last, in markdown.
 #   scripts/bench_gpus.sh [--gpus "1 2 4"] [-e "d12 d48"] [-k "softmax relu"] [-n STEPS] [-w WARM]
 #                         [-i DATA] [--no-torch] [--torch-d48] [--socket] [--sweep] [--links] [--link-models "d12 d48"]
 #                         [--link-micro "4 8"]
@@ -225,33 +226,22 @@ table_rows() {
   done
 }
 mapfile -t results < <(table_rows)
-# the issue's targets
+# issue 55's targets (the --socket, --sweep and --links rows have none: its "no regression" is against the README)
 target() {  # target TEXT OK: one line
   printf -- "- %s: %s\n" "$1" "$([ "$2" = 1 ] && echo met || echo MISSED)"
 }
 echo
-echo "Targets ($gpu):"
+echo "Targets of issue 55 ($gpu):"
 for line in "${results[@]}"; do
   IFS=';' read -r model kind B G micro form ours_ms comm_ms ours_gb smi torch_ms torch_gb tok_s scale ttok tscale ratio <<< "$line"
   [ "$G" != 1 ] || continue
   ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "-" && a + 0 >= b) }' && echo 1 || echo 0; }
   if [ "$form" = default ] && [ "$model" = d12 ]; then
-    target "d12 $kind, $G GPUs: scaling $scale% >= 98.5%" "$(ge "$scale" 98.5)"
+    target "d12 $kind, $G GPUs: scaling $scale% >= 98%" "$(ge "$scale" 98)"
     [ "$ratio" = - ] || target "d12 $kind, $G GPUs: tok/s ${ratio}x PyTorch DDP's >= 1.9x" "$(ge "$ratio" 1.9)"
   elif [ "$form" = default ] && [ "$model" = d48 ] && [ "$G" -ge 4 ]; then
     target "d48, $G GPUs: scaling $scale% >= 98%, exposed communication $comm_ms ms <= 7" \
       "$(awk -v s="$(ge "$scale" 98)" -v c="$comm_ms" 'BEGIN { print s == 1 && c != "-" && c + 0 <= 7 ? 1 : 0 }')"
-  elif [ "$form" = socket ] && [ "$micro" = 4 ]; then
-    target "socket, 2 GPUs x 4 micro-steps: scaling $scale% >= 90%" "$(ge "$scale" 90)"
-  elif [ "$form" = "shm, --overlap on" ] && [ "$model" = d48 ]; then
-    off=$(printf '%s\n' "${results[@]}" | awk -F';' '$6 == "shm, --overlap off" && $1 == "d48" { print $8 }')
-    target "d48, shared memory, 2 GPUs: exposed communication $comm_ms ms <= 40% of the ${off:--} ms with --overlap off" \
-      "$(awk -v a="$comm_ms" -v b="${off:--}" 'BEGIN { print a != "-" && b != "-" && a + 0 <= 0.4 * b ? 1 : 0 }')"
-  elif [ "$form" = "socket, --overlap on" ] && [ "$model" = d12 ] && [ "$micro" = 1 ]; then  # --socket's (or --links')
-    off=$(printf '%s\n' "${results[@]}" |
-      awk -F';' '$6 == "socket, --overlap off" && $1 == "d12" && $5 == 1 { print $8; exit }')
-    target "socket, 2 GPUs, one micro-step: exposed communication $comm_ms ms <= half of the ${off:--} ms with --overlap off" \
-      "$(awk -v a="$comm_ms" -v b="${off:--}" 'BEGIN { print a != "-" && b != "-" && a + 0 <= b / 2 ? 1 : 0 }')"
   fi
 done
 

@@ -1,24 +1,29 @@
 #!/usr/bin/env python3
 """Draws training runs in one figure: train loss (smoothed, the raw curve faint behind it) and
-validation loss, and throughput in its own panel; or writes every logged number as CSV.
+validation loss, and throughput in its own panel where a log has it; or writes every logged number
+as CSV.
 
     python scripts/plot.py log_d12                            # log_d12/main.png
     python scripts/plot.py log_a log_b -o ab.png --tokens     # two runs against tokens trained on
     python scripts/plot.py log_a log_b --csv runs.csv         # every logged number, for pandas
 
 A run is a folder (its main.log) or a log file, labelled by its folder's name. One run's figure
-goes beside its log (NAME.png for NAME.log) unless -o names it; several runs need -o, or only --csv.
+goes beside its log (NAME.png for NAME.log) unless -o names it; several runs need -o. With --csv, a
+figure is drawn only where -o names one. Figures need matplotlib; -h and --csv do not.
 Existing outputs are replaced (each through a temporary file): a figure is redrawn as a run goes on.
 
 main.log (llmc/logger.h): `s:STEP trl:LOSS lr:LR norm:NORM ms:MS tok/s:TOKS mfu:PERCENT` for
 0-based train step STEP, `s:STEP skipped: WHY` for its update, `s:STEP tel:LOSS` and
 `s:STEP eval:ACCURACY` measured before step STEP ran, and `# ...` comments. A resumed process
 logs steps again: `# resumed at step R` drops the lines of steps R and later written before it,
-`# no checkpoint to resume from` all lines before it.
+`# no checkpoint to resume from` all lines before it. Older logs (this project's first, and the
+classic trainer's) have train lines of `s:STEP trl:LOSS` alone: a train line needs trl, and any of
+the other keys may be missing; the throughput panel is left out where no run logged tok/s.
 
 Steps are counted as the console counts them, steps done when the number was logged: train and
 skipped lines s:S are step S+1, val and eval lines s:S are step S. Tokens = step x tokens per step,
-from the log's `# tokens per step: N` line or, where it has none, approximately from tok/s x ms.
+from the log's `# tokens per step: N` line or, where it has none, approximately from tok/s x ms;
+a log with neither has no tokens (empty CSV cells, and --tokens refuses it).
 
 CSV: one row per run and step, columns run, step, tokens, train_loss, lr, norm, ms, tok_s, mfu,
 val_loss, eval, skipped (the reason); a cell is empty where that step logged no such value.
@@ -34,12 +39,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-from matplotlib.backend_bases import FigureCanvasBase
-from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
-
 CSV_COLUMNS = ["run", "step", "tokens", "train_loss", "lr", "norm", "ms", "tok_s", "mfu", "val_loss", "eval", "skipped"]
-# a step line's first key: its kind, and the columns of its keys (all of them present)
+# a step line's first key: its kind, and the columns of its keys (the first one needed, the others optional)
 LINE_KINDS = {
     "trl": ("train", {"trl": "train_loss", "lr": "lr", "norm": "norm", "ms": "ms", "tok/s": "tok_s", "mfu": "mfu"}),
     "tel": ("val", {"tel": "val_loss"}),
@@ -60,7 +61,7 @@ class Run:
     """One run's log: rows[step] = {column: value}, steps counted as the module's docstring says."""
     label: str
     path: str
-    tokens_per_step: int
+    tokens_per_step: int  # None where the log has neither that line nor tok/s and ms
     exact_tokens: bool  # from a `# tokens per step` line, not derived from tok/s x ms
     rows: dict
 
@@ -77,8 +78,9 @@ def parse_step_line(line):
     if any(len(pair) != 2 for pair in pairs) or pairs[0][0] not in LINE_KINDS:
         raise ValueError("not a main.log line")
     kind, columns = LINE_KINDS[pairs[0][0]]
-    if sorted(key for key, _ in pairs) != sorted(columns):
-        raise ValueError(f"a {kind} line needs the keys {', '.join(columns)}, once each")
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) < len(keys) or not set(keys) <= set(columns):
+        raise ValueError(f"a {kind} line takes the keys {', '.join(columns)}, once each")
     return kind, step, {columns[key]: to_float(text) for key, text in pairs}
 
 
@@ -125,16 +127,17 @@ def read_log(path, label):
 
 
 def make_run(path, label, records, tokens):
-    """A Run from read_log's records, tokens per step derived from tok/s x ms where tokens is None."""
+    """A Run from read_log's records, tokens per step derived from tok/s x ms where tokens is None
+    (and None where the log has no finite pair of them)."""
     train = [values for (kind, _), values in records.items() if kind == "train"]
     if not train:
         raise LogError(f"{path}: no training steps logged")
     exact = tokens is not None
     if not exact:  # tok/s is printed rounded to an integer, ms to 3 decimals: take the most common
-        products = [v["tok_s"] * v["ms"] / 1000 for v in train if math.isfinite(v["tok_s"] * v["ms"])]
-        if not products:
-            raise LogError(f"{path}: no finite tok/s and ms to count tokens per step from")
-        tokens = collections.Counter(round(p) for p in products).most_common(1)[0][0]
+        products = [v["tok_s"] * v["ms"] / 1000 for v in train
+                    if "tok_s" in v and "ms" in v and math.isfinite(v["tok_s"] * v["ms"])]
+        if products:
+            tokens = collections.Counter(round(p) for p in products).most_common(1)[0][0]
     rows = collections.defaultdict(dict)
     for (kind, step), values in records.items():
         rows[step + 1 if kind in ("train", "skipped") else step].update(values)
@@ -168,9 +171,19 @@ def series(run, column, x_axis, steady=False):
 
 
 def make_figure(runs, x_axis="step", smooth=0.9, title="GPT-2 training"):
-    """The runs' figure: loss against x_axis ('step' or 'tokens') on the left, tok/s on the right."""
-    fig = Figure(figsize=(13, 4.8))
-    loss_ax, speed_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    """The runs' figure: loss against x_axis ('step' or 'tokens', every run with tokens_per_step) on the
+    left, tok/s on the right where a run logged it (else loss alone)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
+
+    if any("tok_s" in row for run in runs for row in run.rows.values()):
+        fig = Figure(figsize=(13, 4.8))
+        loss_ax, speed_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+        panels = ((loss_ax, "loss"), (speed_ax, "throughput (k tokens/s)"))
+    else:
+        fig = Figure(figsize=(8, 4.8))
+        loss_ax, speed_ax = fig.subplots(), None
+        panels = ((loss_ax, "loss"),)
     for i, run in enumerate(runs):
         color = f"C{i}"
         steps, losses = series(run, "train_loss", x_axis)
@@ -181,10 +194,11 @@ def make_figure(runs, x_axis="step", smooth=0.9, title="GPT-2 training"):
             label = f"{run.label} val (min {min(losses):.3f})"
             loss_ax.plot(steps, losses, "o--", color=color, markersize=3, label=label)
         steps, speeds = series(run, "tok_s", x_axis, steady=True)
-        speed_ax.plot(steps, [s / 1e3 for s in speeds], color=color, linewidth=1, label=run.label)
+        if speed_ax is not None and speeds:
+            speed_ax.plot(steps, [s / 1e3 for s in speeds], color=color, linewidth=1, label=run.label)
     approximate = [run.label for run in runs if not run.exact_tokens]
     x_label = f"tokens (approximate for {', '.join(approximate)})" if x_axis == "tokens" and approximate else x_axis
-    for ax, y_label in ((loss_ax, "loss"), (speed_ax, "throughput (k tokens/s)")):
+    for ax, y_label in panels:
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         ax.grid(alpha=0.3)
@@ -192,7 +206,8 @@ def make_figure(runs, x_axis="step", smooth=0.9, title="GPT-2 training"):
         if x_axis == "tokens":
             ax.xaxis.set_major_formatter(EngFormatter())
     loss_ax.set_title(title)
-    speed_ax.set_ylim(bottom=0)
+    if speed_ax is not None:
+        speed_ax.set_ylim(bottom=0)
     fig.tight_layout()
     return fig
 
@@ -204,7 +219,8 @@ def csv_text(runs):
     writer.writeheader()
     for run in runs:
         for step, row in run.rows.items():
-            writer.writerow({"run": run.label, "step": step, "tokens": step * run.tokens_per_step, **row})
+            tokens = "" if run.tokens_per_step is None else step * run.tokens_per_step
+            writer.writerow({"run": run.label, "step": step, "tokens": tokens, **row})
     return text.getvalue()
 
 
@@ -229,6 +245,16 @@ def write_through_temp(path, data):
             os.remove(temp)
 
 
+def figure_formats():
+    """The figure formats matplotlib writes, imported here and not at the top so that -h and --csv run
+    without it; without it, one line saying how to install it, and exit 1."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        sys.exit("plot.py: error: figures need matplotlib: python3 -m pip install matplotlib (--csv needs none)")
+    return FigureCanvasBase.get_supported_filetypes()
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", metavar="RUN", help="a run's folder (DIR/main.log) or log file")
@@ -243,9 +269,10 @@ def parse_args():
         parser.error("--smooth: a factor from 0 to below 1")
     if args.output is None and len(args.runs) > 1 and args.csv is None:
         parser.error("several runs: name the figure with -o FILE.png (or write only --csv)")
-    if args.output is not None:
-        ext = os.path.splitext(args.output)[1][1:]
-        if ext not in FigureCanvasBase.get_supported_filetypes():
+    args.figure = args.output is not None or args.csv is None  # one run's figure by default, not beside --csv
+    if args.figure:
+        formats = figure_formats()
+        if args.output is not None and os.path.splitext(args.output)[1][1:] not in formats:
             parser.error(f"-o {args.output}: not a figure format matplotlib writes (.png, .svg, .pdf, ...)")
     return args
 
@@ -254,14 +281,19 @@ def main():
     args = parse_args()
     try:
         runs = read_runs(args.runs)
-        output = args.output or (os.path.splitext(runs[0].path)[0] + ".png" if len(runs) == 1 else None)
+        output = args.output or (os.path.splitext(runs[0].path)[0] + ".png" if args.figure else None)
         inputs = {os.path.realpath(run.path) for run in runs}
         for path in (output, args.csv):
             if path is not None and os.path.realpath(path) in inputs:
                 raise LogError(f"{path} is one of the logs read")
         if args.tokens or args.csv:
             for run in runs:
-                if not run.exact_tokens:
+                if run.tokens_per_step is None and args.tokens and output is not None:
+                    raise LogError(f"--tokens: {run.path} has no '# tokens per step' line, nor tok/s and ms")
+                if run.tokens_per_step is None:
+                    print(f"note: {run.path} has no '# tokens per step' line, nor tok/s and ms: no tokens",
+                          file=sys.stderr)
+                elif not run.exact_tokens:
                     print(f"note: {run.path} has no '# tokens per step' line: about {run.tokens_per_step} "
                           "tokens per step, from tok/s x ms", file=sys.stderr)
         if output is not None:

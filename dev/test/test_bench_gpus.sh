@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # CPU test of scripts/bench_gpus.sh with a fake trainer and a fake torchrun (TRAINER, TORCHRUN): the
 # rows it runs (model rows, --socket, --sweep, --links), the --overlap and environment each gets, the warm-up steps
-# left out of our times, scaling against the 1-GPU run with as many micro-steps, the targets, the
-# markdown table, --no-torch, a failed run stopping the bench with its log, and the GPU count
-# (scripts/visible_gpus.sh); then scripts/bench.sh's GPU samples and MFU.
+# left out of our times, scaling against the 1-GPU run with as many micro-steps, issue 55's targets
+# (none for the socket, sweep and link rows), the markdown table, --no-torch, a failed run stopping
+# the bench with its log, and the GPU count (scripts/visible_gpus.sh); then scripts/bench.sh's GPU
+# samples and MFU.
 set -u
 cd "$(dirname "$0")/../.."
 source dev/test/runs.sh
@@ -73,8 +74,9 @@ check "ours: the first 3 steps left out (60.00 ms on 1 GPU, 62.00 at 2)" eval \
 # 2 GPUs: 62 ms against 60 -> 96.8%; tok/s 16*1024*2/0.062; DDP 120 against 110 -> 91.7%, 120/62 = 1.935
 check "scaling, tok/s, DDP's and the ratio" eval \
   "row main 'd12 \| relu \| 16 \| 2 \| 1 \| default' | grep -qF '| 62.00 | 528516 | 96.8% | 2.00 | 10.190 | - | 120.000 | 273067 | 91.7% | 12.500 | 1.935 |'"
-check "targets: d12 scaling missed, ratio met; d48 at 4 met" eval \
-  "grep -q 'd12 softmax, 2 GPUs: scaling 96.8% >= 98.5%: MISSED' '$work/main.out' &&
+check "issue 55's targets: d12 scaling missed, ratio met; d48 at 4 met" eval \
+  "grep -q '^Targets of issue 55 ' '$work/main.out' &&
+   grep -q 'd12 softmax, 2 GPUs: scaling 96.8% >= 98%: MISSED' '$work/main.out' &&
    grep -q 'd12 relu, 4 GPUs: tok/s 1.935x PyTorch DDP.s >= 1.9x: met' '$work/main.out' &&
    grep -q 'd48, 4 GPUs: scaling 99.4% >= 98%, exposed communication 2.00 ms <= 7: met' '$work/main.out'"
 check "the table is last" eval "tail -n 1 '$work/main.out' | grep -q '^| d48 | softmax | 8 | 4 |'"
@@ -90,9 +92,8 @@ check "... socket rows: NCCL_P2P_DISABLE, NCCL_SHM_DISABLE and NCCL_IB_DISABLE, 
 # socket, 4 micro-steps: 4*60 + 10 = 250 ms against 240 on 1 GPU -> 96.0%
 check "... socket, 4 micro-steps: scaling against 1 GPU with 4 micro-steps" eval \
   "row extra 'd12 \| softmax \| 16 \| 2 \| 4 \| socket' | grep -qF '| 250.00 | 524288 | 96.0% | 10.00 |'"
-check "... socket targets: 4 micro-steps met; exposed 10 ms <= half of 30 ms met" eval \
-  "grep -q 'socket, 2 GPUs x 4 micro-steps: scaling 96.0% >= 90%: met' '$work/extra.out' &&
-   grep -q 'exposed communication 10.00 ms <= half of the 30.00 ms with --overlap off: met' '$work/extra.out'"
+check "... no targets for the socket and sweep rows (issue 55 has none)" eval \
+  "! sed -n '/^Targets/,/^\$/p' '$work/extra.out' | grep -q '^- '"
 check "... sweep: d12, d24, d48 at 2 GPUs with --overlap off and on, each with its 1-GPU baseline" eval \
   "(for m in d12 d24 d48; do grep -q \"^\$m G=1 micro=1 overlap=auto \\\$\" '$work/extra.calls' &&
      grep -q \"^\$m G=2 micro=1 overlap=off \\\$\" '$work/extra.calls' &&
@@ -107,11 +108,8 @@ check "... the link rates first (torchrun link_rate.py), d48 over each link with
    ! grep -q '^d12 G=2 micro=1 ' '$work/links.calls'"
 check "... d12 at 4 and 8 micro-steps over each link, --overlap off and on" \
   test "$(grep -cE '^d12 G=2 micro=(4|8) overlap=(on|off) ' "$work/links.calls")" = 8
-# shared memory, d48: 330 + 10 (on) against 330 + 30 (off): 10 <= 0.4 x 30
-check "... the shared-memory target: exposed with the overlap <= 40% of without" \
-  grep -q 'd48, shared memory, 2 GPUs: exposed communication 10.00 ms <= 40% of the 30.00 ms with --overlap off: met' "$work/links.out"
-check "... no one-micro-step socket target from the d48 and 4/8 micro-step socket rows" \
-  fails grep -q 'socket, 2 GPUs, one micro-step' "$work/links.out"
+check "... no targets for the link rows (issue 55 has none)" eval \
+  "! sed -n '/^Targets/,/^\$/p' '$work/links.out' | grep -q '^- '"
 
 check "a failed run: the bench exits non-zero with its log's tail" eval \
   "FAKE_FAIL='d12 2' fails bench failed --gpus '1 2' -e d12 --no-torch &&

@@ -2,7 +2,9 @@
 (softmax: a `# tokens per step` line, a skipped update, a resume that logs steps 12 and 13 again;
 relu: no such line, a restart from scratch and a resume), through Run, the matplotlib Figure that
 make_figure returns, and the command line (PNG, CSV, one-line errors for damaged, empty and missing
-logs). Run by dev/test/test_plot.sh, which provides matplotlib.
+logs); a classic log of train and val losses alone (`s:S trl:L`, `s:S tel:L`); -h and --csv with
+matplotlib hidden, and a figure asked for without it. Run by dev/test/test_plot.sh, which provides
+matplotlib.
 """
 import csv
 import io
@@ -18,6 +20,12 @@ import plot  # noqa: E402
 
 LOGS = os.path.join(REPO, "dev", "test", "fixtures", "logs")
 SOFTMAX, RELU = os.path.join(LOGS, "softmax"), os.path.join(LOGS, "relu")
+# the classic trainer's main.log (and this project's first): train and val losses, no comments
+CLASSIC_LOG = ("s:0 tel:10.9821\ns:0 trl:10.0000\ns:1 trl:9.5000\ns:2 trl:9.0000\ns:3 tel:8.5000\ns:3 trl:8.5000\n"
+               "s:4 trl:8.0000\ns:5 trl:7.5000\ns:6 tel:7.7500\n")
+# python -c HIDE_MATPLOTLIB plot.py ARGS...: plot.py as its command line runs it, with `import matplotlib` failing
+HIDE_MATPLOTLIB = ("import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = sys.argv[1:]; "
+                   "runpy.run_path(sys.argv[0], run_name='__main__')")
 passed = failed = 0
 
 
@@ -27,9 +35,10 @@ def check(name, ok, detail=""):
     passed, failed = passed + ok, failed + (not ok)
 
 
-def plot_cli(*args):
-    return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "plot.py"), *args], capture_output=True,
-                          text=True)
+def plot_cli(*args, matplotlib=True):
+    hide = [] if matplotlib else ["-c", HIDE_MATPLOTLIB]
+    return subprocess.run([sys.executable, *hide, os.path.join(REPO, "scripts", "plot.py"), *args],
+                          capture_output=True, text=True)
 
 
 def lines_by_label(ax):
@@ -159,7 +168,8 @@ def test_bad_logs(work):
     check_refused("a value that is not a number", bad,
                   good + "s:1 trl:9.8 lr:1e-4 norm:x7 ms:100.000 tok/s:8192 mfu:30\n", f"{bad}:3")
     check_refused("a line that does not parse", bad, good + "s:1 trl:9.8 lr:1e-4 no\n", f"{bad}:3")
-    check_refused("a train line missing keys", bad, good + "s:1 trl:9.8\n", f"{bad}:3")
+    check_refused("a train line with a key twice", bad, good + "s:1 trl:9.8 lr:1e-4 lr:1e-4\n", f"{bad}:3")
+    check_refused("a train line with an unknown key", bad, good + "s:1 trl:9.8 speed:3\n", f"{bad}:3")
     check_refused("garbage", bad, "hello\n" + good, f"{bad}:1")
     empty = os.path.join(work, "empty", "main.log")
     check_refused("an empty log", empty, "", empty)
@@ -168,6 +178,60 @@ def test_bad_logs(work):
     result = plot_cli(missing, "-o", os.path.join(work, "m.png"))
     check("a missing log: one message naming it", result.returncode != 0 and missing in result.stderr
           and "Traceback" not in result.stderr, result.stderr)
+
+
+def test_classic(work):
+    path = os.path.join(work, "classic", "main.log")
+    write(path, CLASSIC_LOG)
+    result = plot_cli(os.path.dirname(path))
+    check("classic log: the command line draws it", result.returncode == 0
+          and os.path.isfile(os.path.join(work, "classic", "main.png")), result.stderr)
+    csv_path = os.path.join(work, "classic.csv")
+    result = plot_cli(path, "--csv", csv_path)
+    with open(csv_path) if result.returncode == 0 else io.StringIO() as f:
+        rows = list(csv.DictReader(f))
+    check("classic log: CSV with empty tokens cells", len(rows) == 7 and rows[3]["tokens"] == ""
+          and rows[3]["train_loss"] == "9.0" and rows[3]["val_loss"] == "8.5", (result.stderr, rows[3:4]))
+    result = plot_cli(path, "--tokens", "-o", os.path.join(work, "classic_tokens.png"))
+    check("classic log with --tokens: one line saying it has no tokens", result.returncode != 0
+          and len(result.stderr.splitlines()) == 1 and "tokens per step" in result.stderr, result.stderr)
+    try:
+        run = plot.read_log(path, "classic")
+    except plot.LogError as e:
+        check("classic log: read", False, e)
+        return
+    check("classic log: train steps 1..6 and val at 0, 3, 6, no tokens per step",
+          list(run.rows) == list(range(7)) and run.tokens_per_step is None
+          and [s for s, row in run.rows.items() if "val_loss" in row] == [0, 3, 6], run)
+    fig = plot.make_figure([run], "step")
+    check("classic log: one panel (no throughput logged)", len(fig.axes) == 1, fig.axes)
+    lines = lines_by_label(fig.axes[0])
+    check("classic log: train curve at steps 1..6", list(lines["classic"].get_xdata()) == list(range(1, 7))
+          and lines["_classic raw"].get_ydata()[5] == 7.5, lines)
+    val = next((line for label, line in lines.items() if label.startswith("classic val")), None)
+    check("classic log: val curve at 0, 3, 6", val is not None and list(val.get_xdata()) == [0, 3, 6])
+    softmax = plot.read_runs([SOFTMAX])[0]
+    loss_ax, speed_ax = plot.make_figure([softmax, run], "step").axes
+    check("beside a full log: both loss curves, throughput of the full log only",
+          {"softmax", "classic"} <= set(lines_by_label(loss_ax)) and sorted(lines_by_label(speed_ax)) == ["softmax"])
+
+
+def test_without_matplotlib(work):
+    result = plot_cli("-h", matplotlib=False)
+    check("no matplotlib: -h works", result.returncode == 0 and "--csv" in result.stdout, result.stderr)
+    path = os.path.join(work, "hidden.csv")
+    result = plot_cli(SOFTMAX, RELU, "--csv", path, matplotlib=False)
+    check("no matplotlib: --csv of two runs works", result.returncode == 0 and os.path.isfile(path), result.stderr)
+    one = shutil.copytree(SOFTMAX, os.path.join(work, "hidden"))
+    result = plot_cli(one, "--csv", path, matplotlib=False)
+    check("no matplotlib: --csv of one run works, and draws no figure", result.returncode == 0
+          and not os.path.exists(os.path.join(one, "main.png")), result.stderr)
+    for args in ([one], [one, "-o", os.path.join(work, "hidden.png"), "--csv", path]):
+        result = plot_cli(*args, matplotlib=False)
+        check(f"no matplotlib, a figure asked for ({' '.join(args[1:]) or 'by default'}): one line how to install it",
+              result.returncode != 0 and len(result.stderr.splitlines()) == 1 and "pip install matplotlib"
+              in result.stderr and "Traceback" not in result.stderr and not os.path.exists(os.path.join(one, "main.png")),
+              result.stderr)
 
 
 def main():
@@ -182,6 +246,8 @@ def main():
         test_cli_figure(work)
         test_cli_csv(work)
         test_bad_logs(work)
+        test_classic(work)
+        test_without_matplotlib(work)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
