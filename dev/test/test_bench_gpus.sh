@@ -169,7 +169,7 @@ cat > "$work/one_gpu_trainer" << 'EOF'
 #!/usr/bin/env bash
 for s in 1 2 3 4 5 6; do
   printf 'step %5d/6 | loss 9.000000 | lr 6.000e-04 | norm 1.0000 | 50.00 ms | 1000 tok/s | MFU 40.0%% | ETA 0.1 min\n' "$s"
-  sleep 0.1
+  sleep 0.3  # ~18 samples of the fake nvidia-smi between step 3 and the end, a loaded machine too
 done
 echo "average step: 50.00 ms (forward 1, backward 1, update 1 ms on the GPU)"
 echo "step times: 6 steps, 300.0 ms summed, 310.0 ms wall clock"
