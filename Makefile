@@ -50,7 +50,7 @@ CPU_TESTS := build/test_tokenizer build/test_data build/test_paths build/test_la
              build/test_debug_state build/test_step_idle build/test_args \
              build/test_mfu build/test_logger build/test_checkpoint_dir build/test_fingerprint \
              build/test_outputs build/test_prompt build/test_tensorboard build/test_overlap \
-             build/test_checkpoint_writer
+             build/test_checkpoint_writer build/test_device_memory
 # build/tensorboard_demo writes a run's record with a resume for dev/test/test_tensorboard.sh.
 BINARIES := train_gpt2_fp32 test_gpt2_fp32 prepare_data hf_convert $(CPU_TESTS) build/bench_tokenizer \
             build/tensorboard_demo
@@ -102,6 +102,11 @@ build/libkernel_trace.so: dev/profile/kernel_trace.cpp dev/profile/step_idle.h
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) -shared -fPIC -I$(CUPTI_DIR)/include $< -o $@ -L$(dir $(CUPTI_LIB)) -Xlinker -rpath=$(dir $(CUPTI_LIB)) -lcupti
 
+# test_device_memory calls the CUDA runtime, which nvcc links.
+build/test_device_memory: dev/test/test_device_memory.cpp dev/test/testing.h $(LLMC_HEADERS)
+	@mkdir -p build
+	$(NVCC) -O3 -std=c++17 -I. $< -o $@
+
 # test_paths runs the binaries from other directories.
 build/test_paths: | prepare_data train_gpt2_fp32 test_gpt2_fp32 hf_convert
 
@@ -138,6 +143,7 @@ test: all $(TRAIN_DATA)
 	build/test_tensorboard
 	build/test_checkpoint_dir
 	build/test_checkpoint_writer
+	build/test_device_memory
 	build/test_fingerprint
 	build/test_outputs
 	build/test_prompt

@@ -53,6 +53,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include "llmc/checksum.h"       // defines: crc32c_update (checkpoint checksums)
 #include "llmc/comm.cuh"         // defines: Comm, g_comm, printf0, the collectives (NCCL when built with it)
 #include "llmc/dataloader.h"     // defines: DataLoader, shards, each rank's micro-batches
+#include "llmc/device_memory.cuh"  // defines: device_malloc, device_free, g_device_bytes (every device allocation)
 #include "llmc/eval.h"           // defines: EvalSet, EvalBatch (HellaSwag-style multiple choice), scoring
 #include "llmc/fingerprint.h"    // defines: fnv1a (weights checksum), run_fingerprint (same on every rank)
 #include "llmc/gpt2_hf.h"        // defines: Hugging Face GPT-2 directories in (-e) and out, read_any_model
@@ -112,35 +113,6 @@ static void* g_cublaslt_workspace;
 static cudaStream_t g_side_stream;
 static void* g_side_workspace;
 constexpr size_t CUBLASLT_WORKSPACE_SIZE = 32 * 1024 * 1024;
-
-static size_t g_device_bytes;                        // allocated through device_malloc, not yet freed
-static std::map<void*, size_t> g_device_allocations;  // their sizes, for device_free
-
-// cudaMalloc that names what it was for when the GPU is out of memory.
-static void* device_malloc(size_t bytes, const char* what) {
-    void* ptr = nullptr;
-    cudaError_t err = cudaMalloc(&ptr, bytes);
-    if (err != cudaSuccess) {
-        size_t free_bytes = 0, total_bytes = 0;
-        cudaGetLastError();
-        cudaMemGetInfo(&free_bytes, &total_bytes);
-        fail("out of GPU memory: %s needs %.2f GiB, %.2f GiB of %.2f GiB free (try a smaller -b or -t)",
-             what, bytes / 1073741824.0, free_bytes / 1073741824.0, total_bytes / 1073741824.0);
-    }
-    g_device_bytes += bytes;
-    g_device_allocations[ptr] = bytes;
-    return ptr;
-}
-
-// Frees what device_malloc allocated (nullptr: nothing).
-static void device_free(void* ptr) {
-    if (ptr == nullptr) { return; }
-    auto allocation = g_device_allocations.find(ptr);
-    if (allocation == g_device_allocations.end()) { fail("device_free: %p was not allocated by device_malloc", ptr); }
-    cudaCheck(cudaFree(ptr));
-    g_device_bytes -= allocation->second;
-    g_device_allocations.erase(allocation);
-}
 
 // Programmatic dependent launch (Hopper): a kernel queued with launch_pdl may start while the
 // kernel before it in the stream still runs. It may only prefetch what no earlier kernel writes

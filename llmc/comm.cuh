@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "llmc/device_memory.cuh"
 #include "llmc/fingerprint.h"
 #include "llmc/launch.h"
 #include "llmc/utils.h"
@@ -190,11 +191,8 @@ static void comm_gather_slices(const Comm* comm, const float* slice, size_t num_
 static void comm_all_gather_to_host(Comm* comm, const void* mine, void* all, size_t bytes, const char* what) {
     size_t total = bytes * comm->world;
     if (total > comm->gather_bytes) {
-        cudaFree(comm->gather_buffer);
-        comm->gather_buffer = nullptr;
-        if (cudaMalloc(&comm->gather_buffer, total) != cudaSuccess) {
-            fail("rank %d: out of GPU memory for %s (%zu bytes)", comm->rank, what, total);
-        }
+        device_free(comm->gather_buffer);
+        comm->gather_buffer = (char*)device_malloc(total, what);
         comm->gather_bytes = total;
     }
     char* device = comm->gather_buffer;
@@ -269,6 +267,8 @@ static void comm_free(Comm* comm) {
         ncclCommDestroy(comm->nccl);
     }
 #endif
-    cudaFree(comm->gather_buffer);
+    device_free(comm->gather_buffer);
+    comm->gather_buffer = nullptr;
+    comm->gather_bytes = 0;
     cudaStreamDestroy(comm->stream);
 }

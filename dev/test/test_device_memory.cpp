@@ -1,0 +1,47 @@
+// CPU tests of llmc/device_memory.cuh (built with nvcc, which links the CUDA runtime): device_free of
+// nullptr does nothing, of a pointer it never gave out is one line and a failing exit; device_malloc
+// on a machine without a usable GPU says so, naming what it was for. Where a GPU is present, the
+// bytes are counted and given back, and a request beyond the card is "out of GPU memory" naming it.
+#include "dev/test/testing.h"
+#include "llmc/device_memory.cuh"
+
+static bool have_gpu() {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+TEST(free_of_nullptr_does_nothing) {
+    device_free(nullptr);
+    CHECK(g_device_bytes == 0);
+}
+
+TEST(free_of_a_foreign_pointer_is_refused) {
+    static int not_device_memory;
+    CHECK(expect_exit_failure([] { device_free(&not_device_memory); }, "was not allocated by device_malloc"));
+}
+
+TEST(allocation_without_a_gpu_names_its_purpose) {
+    if (have_gpu()) { return; }
+    CHECK(expect_exit_failure([] { device_malloc(1 << 20, "the probe buffer"); },
+                              "cannot allocate GPU memory for the probe buffer:"));
+}
+
+TEST(allocations_are_counted_and_given_back) {
+    if (!have_gpu()) { return; }
+    void* a = device_malloc(1 << 20, "a");
+    void* b = device_malloc(3 << 20, "b");
+    CHECK(g_device_bytes == (4u << 20));
+    device_free(a);
+    CHECK(g_device_bytes == (3u << 20));
+    device_free(b);
+    CHECK(g_device_bytes == 0);
+    CHECK(g_device_allocations.empty());
+}
+
+TEST(allocation_beyond_the_card_is_out_of_memory) {
+    if (!have_gpu()) { return; }
+    CHECK(expect_exit_failure([] { device_malloc((size_t)1 << 50, "a petabyte"); },
+                              "out of GPU memory: a petabyte needs"));
+}
+
+TEST_MAIN()
