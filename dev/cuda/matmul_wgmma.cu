@@ -12,6 +12,7 @@ multiples of the tiles, K = 772, the unpadded vocabulary).
   variant 4  gemm_tf32 (6 stages) with the GELU in its epilogue
   variant 5  cuBLASLt with bias, then the trainer's gelu_forward (what the trainer does today)
   variant 6  gemm_tf32_wide: tiles of 128 x 256, both consumers on each tile (4 stages)
+  variant 7  gemm_tf32_wide with its stores through shared memory and TMA (N a multiple of 4)
 
   ./matmul_wgmma [variant ...]
 
@@ -21,9 +22,10 @@ each variant's time over cuBLASLt's (variant 1).
 Measured on an H200 (2026-11-28; README.md has the tables and what each experiment showed):
 cuBLASLt wins every shape of the trainer, so the trainer keeps it and this GEMM stays here. Time
 over cuBLASLt's, d12 B=16 qkv / attproj / fc / fcproj / LM head: 1.22 / 1.25 / 1.15 / 1.15 / 1.10
-(variant 3), fcproj 1.045 (variant 6, which loses at K = 768); d24 and d48 1.00-1.26. Ours wins
-only the odd shapes (0.72-0.93: few rows, where cuBLASLt's tiles fit badly). The GELU epilogue
-costs 1.05-1.10x of cuBLASLt + gelu_forward. Loading each stage only once (a timing-only build)
+(variant 3), fcproj 1.03-1.05 (variants 6 and 7, which lose at K = 768: 1.34-1.51, every CTA's
+stores leaving at once); d24 and d48 1.00-1.26. Ours wins only the odd shapes (0.71-0.93: few
+rows, where cuBLASLt's tiles fit badly). The GELU epilogue costs 1.05-1.10x of cuBLASLt +
+gelu_forward. Loading each stage only once (a timing-only build)
 brings variant 3 to 0.96-1.05: the copies into shared memory, not the MMA loop, cost the rest.
 Its error is 6-8e-4 against cuBLASLt's 2-3e-4: the tensor cores truncate what TMA brings in to
 TF32, cuBLASLt's operands come out rounded.
@@ -108,6 +110,22 @@ __device__ __forceinline__ void tma_load_2d(float* dst, const CUtensorMap* map, 
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
         ::"r"(shared_address(dst)), "l"(map), "r"(col), "r"(row), "r"(shared_address(barrier))
         : "memory");
+}
+
+// The box of a 2D tensor map at (col, row) from shared memory (what lies outside the tensor is not
+// written), in this thread's bulk group; commit, then wait until the group has read shared memory
+// (the buffer is free) or has written all of it.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int col, int row, const float* src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 ::"l"(map), "r"(col), "r"(row), "r"(shared_address(src)) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// A barrier of `threads` threads on hardware barrier `id` (1-15; 0 is __syncthreads').
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // A warpgroup's registers per thread, raised or lowered (the kernel's cap at entry must allow the total).
@@ -328,20 +346,58 @@ static void gemm_tf32(float* out, const float* a, const float* b, GemmEpilogue e
 // hidden under MMAs; the producer fills the next tile's stages meanwhile.
 constexpr int GEMM_WIDE_N = 256;
 constexpr int GEMM_WIDE_STAGE_FLOATS = (GEMM_TILE + GEMM_WIDE_N) * 32;  // a's panel, then b's
+constexpr int GEMM_STORE_COLS = 64;  // columns of out a consumer stages per TMA store (two 32-column panels)
+constexpr int GEMM_STAGING_FLOATS = 64 * GEMM_STORE_COLS;  // a consumer's staging buffer
 
-constexpr size_t gemm_wide_shared_bytes(int stages) {
-    return (size_t)stages * (GEMM_WIDE_STAGE_FLOATS * sizeof(float) + 2 * sizeof(uint64_t)) + 1024;
+constexpr size_t gemm_wide_shared_bytes(int stages, bool tma_store) {
+    return (size_t)stages * (GEMM_WIDE_STAGE_FLOATS * sizeof(float) + 2 * sizeof(uint64_t)) +
+           (tma_store ? 2 * GEMM_STAGING_FLOATS * sizeof(float) : 0) + 1024;
 }
 
-template <int STAGES>
+// 64 rows x 256 of a consumer's accumulator + bias into out at (row0, col0) through TMA stores: per
+// 64 columns, the values are written into staging (two 128-byte-swizzled panels, the swizzle sparing
+// shared memory's banks), then one thread stores both panels and goes on; before the next chunk is
+// written that thread waits until the last store has read the buffer. The stores drain while the
+// consumer multiplies its next tile. TMA leaves out what lies outside out (edge tiles).
+__device__ __forceinline__ void gemm_store_tma(const CUtensorMap* out_map, const float* bias, float* staging,
+                                               const float acc[GEMM_WIDE_N / 2], int row0, int col0, int N,
+                                               int barrier_id) {
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, row = 16 * (threadIdx.x % 128 / 32) + g;
+    bool leader = threadIdx.x % 128 == 0;
+#pragma unroll
+    for (int chunk = 0; chunk < GEMM_WIDE_N / GEMM_STORE_COLS; chunk++) {
+        if (leader) { bulk_wait_read(); }
+        named_barrier(barrier_id, 128);
+#pragma unroll
+        for (int n = 0; n < GEMM_STORE_COLS / 8; n++) {
+            int c = 8 * n + 2 * q, col = col0 + chunk * GEMM_STORE_COLS + c, i = 4 * (chunk * GEMM_STORE_COLS / 8 + n);
+            float2 b = bias != nullptr && col < N ? *(const float2*)(bias + col) : make_float2(0.0f, 0.0f);
+            *(float2*)(staging + panel_offset(row, c, 64)) = make_float2(acc[i] + b.x, acc[i + 1] + b.y);
+            *(float2*)(staging + panel_offset(row + 8, c, 64)) = make_float2(acc[i + 2] + b.x, acc[i + 3] + b.y);
+        }
+        fence_proxy_async();  // the writes, visible to the copy engine
+        named_barrier(barrier_id, 128);
+        if (leader) {
+            int col = col0 + chunk * GEMM_STORE_COLS;
+            tma_store_2d(out_map, col, row0, staging);
+            tma_store_2d(out_map, col + 32, row0, staging + 64 * 32);
+            bulk_commit();
+        }
+    }
+}
+
+// TMA_STORE: the stores through gemm_store_tma (N a multiple of 4, no GELU), else gemm_store's.
+template <int STAGES, bool TMA_STORE>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const __grid_constant__ CUtensorMap a_map,
                                                                          const __grid_constant__ CUtensorMap b_map,
+                                                                         const __grid_constant__ CUtensorMap out_map,
                                                                          float* out, GemmEpilogue epilogue, int M,
                                                                          int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float shared_raw[];
     float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
-    uint64_t* loaded = (uint64_t*)(stages + STAGES * GEMM_WIDE_STAGE_FLOATS);       // [STAGES]: copies landed
+    float* staging = stages + STAGES * GEMM_WIDE_STAGE_FLOATS;  // [consumer][GEMM_STAGING_FLOATS] (TMA_STORE)
+    uint64_t* loaded = (uint64_t*)(staging + (TMA_STORE ? 2 * GEMM_STAGING_FLOATS : 0));  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
     int row_tiles = ceil_div(M, GEMM_TILE), col_tiles = ceil_div(N, GEMM_WIDE_N);
     int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
@@ -384,7 +440,9 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
             const float* b = stages + slot * GEMM_WIDE_STAGE_FLOATS + GEMM_TILE * 32;
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < 4; ks++) { wgmma_64x256_accumulate(acc, wgmma_descriptor(a + 8 * ks), wgmma_descriptor(b + 8 * ks)); }
+            for (int ks = 0; ks < 4; ks++) {
+                wgmma_64x256_accumulate(acc, wgmma_descriptor(a + 8 * ks), wgmma_descriptor(b + 8 * ks));
+            }
             wgmma_commit();
             wgmma_wait_one();  // the stage before this one is read: free it
             if (kt > 0) { mbarrier_arrive(&consumed[(n - 1) % STAGES]); }
@@ -392,32 +450,40 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
         wgmma_wait_all();
         mbarrier_arrive(&consumed[(first + k_tiles - 1) % STAGES]);
         pin_registers<GEMM_WIDE_N / 2>(acc);
-        gemm_store<GEMM_WIDE_N>(out, epilogue, acc, origin.x + 64 * consumer, origin.y, M, N);
+        if constexpr (TMA_STORE) {
+            gemm_store_tma(&out_map, epilogue.bias, staging + consumer * GEMM_STAGING_FLOATS, acc,
+                           origin.x + 64 * consumer, origin.y, N, 1 + consumer);
+        } else {
+            gemm_store<GEMM_WIDE_N>(out, epilogue, acc, origin.x + 64 * consumer, origin.y, M, N);
+        }
     }
+    if (TMA_STORE && threadIdx.x % 128 == 0) { bulk_wait_all(); }
 #endif
 }
 
-template <int STAGES>
+template <int STAGES, bool TMA_STORE>
 static void gemm_tf32_wide(float* out, const float* a, const float* b, GemmEpilogue epilogue, int M, int N, int K,
                            cudaStream_t stream = 0) {
-    constexpr size_t shared = gemm_wide_shared_bytes(STAGES);
+    if (TMA_STORE && (N % 4 != 0 || epilogue.gelu_out != nullptr)) { fail("gemm_tf32_wide: TMA stores need N %% 4 == 0 and no GELU"); }
+    constexpr size_t shared = gemm_wide_shared_bytes(STAGES, TMA_STORE);
     static bool configured = false;
     if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(gemm_tf32_wide_kernel<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)shared));
+        cudaCheck(cudaFuncSetAttribute(gemm_tf32_wide_kernel<STAGES, TMA_STORE>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
         configured = true;
     }
     CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE), b_map = tensor_map_panels(b, N, K, K, GEMM_WIDE_N);
+    CUtensorMap out_map = TMA_STORE ? tensor_map_panels(out, M, N, N, 64) : CUtensorMap{};
     unsigned int tiles = ceil_div(M, GEMM_TILE) * ceil_div(N, GEMM_WIDE_N);
-    gemm_tf32_wide_kernel<STAGES><<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(
-        a_map, b_map, out, epilogue, M, N, K);
+    gemm_tf32_wide_kernel<STAGES, TMA_STORE><<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(
+        a_map, b_map, out_map, out, epilogue, M, N, K);
     cudaCheck(cudaGetLastError());
 }
 
 // ----------------------------------------------------------------------------------------------
 // The lab
 
-constexpr int NUM_VARIANTS = 6;
+constexpr int NUM_VARIANTS = 7;
 constexpr const char* VARIANT_NAMES[] = {
     nullptr,
     "1 cuBLASLt TF32 + bias (matmul_forward)",
@@ -426,6 +492,7 @@ constexpr const char* VARIANT_NAMES[] = {
     "4 (b) gemm_tf32 (6 stages) + GELU epilogue",
     "5 (b) cuBLASLt + bias, then gelu_forward",
     "6 gemm_tf32_wide (128 x 256), 4 stages",
+    "7 gemm_tf32_wide (128 x 256), 4 stages, TMA stores",
 };
 
 // Relative to max |out|: both operands read as TF32 (10 mantissa bits; the tensor cores drop the
@@ -444,7 +511,10 @@ struct Buffers {
     float *out, *gelu_out, *inp, *weight, *bias;
 };
 
-static bool runs_on(int variant, const Shape& s) { return (variant != 4 && variant != 5) || s.fc; }
+static bool runs_on(int variant, const Shape& s) {
+    if (variant == 7) { return s.N % 4 == 0; }  // TMA stores: rows of out 16-byte aligned
+    return (variant != 4 && variant != 5) || s.fc;
+}
 
 static void launch_variant(int variant, const Buffers& d, const Shape& s) {
     const float* bias = s.has_bias ? d.bias : nullptr;
@@ -459,8 +529,10 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
     } else if (variant == 5) {
         matmul_forward(d.out, d.inp, d.weight, bias, s.M, s.K, s.N);
         gelu_forward(d.gelu_out, d.out, (size_t)s.M * s.N);
+    } else if (variant == 6) {
+        gemm_tf32_wide<4, false>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
     } else {
-        gemm_tf32_wide<4>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
+        gemm_tf32_wide<4, true>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
     }
 }
 
@@ -546,12 +618,12 @@ int main(int argc, char** argv) {
             if (variant_selected(variant) && runs_on(variant, s)) { run_shape(d, s, variant); }
         }
     }
-    note("time over cuBLASLt's (variant 1), per shape: variants 2 3 6 | 4 over 5 (fc + GELU)");
+    note("time over cuBLASLt's (variant 1), per shape: variants 2 3 6 7 | 4 over 5 (fc + GELU)");
     for (const Shape& s : shapes) {
         std::map<int, double>& t = g_times[s.name];
         if (t.count(1) == 0) { continue; }
         std::string row = s.name + ":";
-        for (int v : {2, 3, 6}) {
+        for (int v : {2, 3, 6, 7}) {
             char cell[32];
             snprintf(cell, sizeof(cell), " %.3f", t.count(v) ? t[v] / t[1] : NAN);
             row += cell;

@@ -2,12 +2,17 @@
 // nullptr does nothing, of a pointer it never gave out is one line and a failing exit; device_malloc
 // on a machine without a usable GPU says so, naming what it was for. Where a GPU is present, the
 // bytes are counted and given back, and a request beyond the card is "out of GPU memory" naming it.
+// Every CUDA call happens in a child process: a child forked after its parent used CUDA cannot.
 #include "dev/test/testing.h"
 #include "llmc/device_memory.cuh"
 
 static bool have_gpu() {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+    char err[256];
+    int status = run_in_child([] {
+        int count = 0;
+        exit(cudaGetDeviceCount(&count) == cudaSuccess && count > 0 ? 0 : 1);
+    }, err, sizeof(err));
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 TEST(free_of_nullptr_does_nothing) {
@@ -28,14 +33,20 @@ TEST(allocation_without_a_gpu_names_its_purpose) {
 
 TEST(allocations_are_counted_and_given_back) {
     if (!have_gpu()) { return; }
-    void* a = device_malloc(1 << 20, "a");
-    void* b = device_malloc(3 << 20, "b");
-    CHECK(g_device_bytes == (4u << 20));
-    device_free(a);
-    CHECK(g_device_bytes == (3u << 20));
-    device_free(b);
-    CHECK(g_device_bytes == 0);
-    CHECK(g_device_allocations.empty());
+    std::string err = stderr_of_success([] {
+        void* a = device_malloc(1 << 20, "a");
+        void* b = device_malloc(3 << 20, "b");
+        bool counted = g_device_bytes == (4u << 20);
+        device_free(a);
+        bool one_back = g_device_bytes == (3u << 20);
+        device_free(b);
+        bool all_back = g_device_bytes == 0 && g_device_allocations.empty();
+        if (!counted || !one_back || !all_back) {
+            fprintf(stderr, "counted %d, one back %d, all back %d\n", counted, one_back, all_back);
+            exit(1);
+        }
+    });
+    CHECK(err.empty());
 }
 
 TEST(allocation_beyond_the_card_is_out_of_memory) {
