@@ -3033,6 +3033,9 @@ struct FlashPlan {
     int dq_keys, dkdv_queries;
 };
 
+// Decided at each launch, not cached: a few comparisons beside a launch's microseconds, met only
+// at eager launches (a step replays from its CUDA graph after the first), and the lab changes
+// g_tf32_cores between its variants.
 static FlashPlan flash_plan(int hs, bool split) {
     auto fits = [](size_t bytes) { return bytes <= g_shared_limit; };
     auto tile = [&](int preferred, size_t (*bytes)(int, int)) {
