@@ -13,6 +13,7 @@ multiples of the tiles, K = 772, the unpadded vocabulary).
   variant 5  cuBLASLt with bias, then the trainer's gelu_forward (what the trainer does today)
   variant 6  gemm_tf32_wide: tiles of 128 x 256, both consumers on each tile (4 stages)
   variant 7  gemm_tf32_wide with its stores through shared memory and TMA (N a multiple of 4)
+  variant 8  gemm_tf32 on tiles of 128 x 192 a consumer (5 stages)
 
   ./matmul_wgmma [variant ...]
 
@@ -23,7 +24,8 @@ Measured on an H200 (2026-11-28; README.md has the tables and what each experime
 cuBLASLt wins every shape of the trainer, so the trainer keeps it and this GEMM stays here. Time
 over cuBLASLt's, d12 B=16 qkv / attproj / fc / fcproj / LM head: 1.22 / 1.25 / 1.15 / 1.15 / 1.10
 (variant 3), fcproj 1.03-1.05 (variants 6 and 7, which lose at K = 768: 1.34-1.51, every CTA's
-stores leaving at once); d24 and d48 1.00-1.26. Ours wins only the odd shapes (0.71-0.93: few
+stores leaving at once), LM head 0.98 and fcproj 1.05 on 128 x 192 tiles (variant 8, no better
+at K = 768); d24 and d48 1.00-1.26. Ours wins only the odd shapes (0.71-0.93: few
 rows, where cuBLASLt's tiles fit badly). The GELU epilogue costs 1.05-1.10x of cuBLASLt +
 gelu_forward. Loading each stage only once (a timing-only build)
 brings variant 3 to 0.96-1.05: the copies into shared memory, not the MMA loop, cost the rest.
@@ -54,6 +56,29 @@ __device__ __forceinline__ void wgmma_64x128_accumulate(float d[64], uint64_t a,
         : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24),
           WG_D8(d, 32), WG_D8(d, 40), WG_D8(d, 48), WG_D8(d, 56)
         : "l"(a), "l"(b));
+}
+
+// d (64 x 192) += A (64 x 8) B (192 x 8)^T, both panels in shared memory
+__device__ __forceinline__ void wgmma_64x192_accumulate(float d[96], uint64_t a, uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, 1, 1, 1;\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24), WG_D8(d, 32), WG_D8(d, 40), WG_D8(d, 48),
+          WG_D8(d, 56), WG_D8(d, 64), WG_D8(d, 72), WG_D8(d, 80), WG_D8(d, 88)
+        : "l"(a), "l"(b));
+}
+
+// The 64 x TILE_N wgmma above of that width.
+template <int TILE_N>
+__device__ __forceinline__ void wgmma_64xn_accumulate(float d[TILE_N / 2], uint64_t a, uint64_t b) {
+    static_assert(TILE_N == 128 || TILE_N == 192, "wgmma of 64 x 128 or 64 x 192");
+    if constexpr (TILE_N == 128) { wgmma_64x128_accumulate(d, a, b); } else { wgmma_64x192_accumulate(d, a, b); }
 }
 
 // d (64 x 256) += A (64 x 8) B (256 x 8)^T, both panels in shared memory
@@ -171,19 +196,20 @@ static CUtensorMap tensor_map_panels(const float* base, size_t rows, size_t cols
 // Our GEMM on Hopper (sm_90a, TF32): out (M, N) = a (M, K) b (N, K)^T, both operands row-major with
 // the summed dimension contiguous (a linear layer's input and weight as stored), then its epilogue:
 // + bias[col], and gelu(out) written beside out where asked. A persistent CTA per multiprocessor
-// takes tiles of GEMM_TILE x GEMM_TILE of out, blockIdx.x, + gridDim.x, ..., in turn to its two
-// consumer warpgroups (ping-pong): their main loops take turns (each waits for the other's to
-// end), so that while one multiplies its tile the other stores its last one under the MMAs. One
-// thread of warpgroup 0 issues the TMA copies of every stage (GEMM_TILE x 32 of a and of b) into a
-// ring of STAGES, in tile order, running ahead into the next tile; a consumer multiplies 2 x 64
-// rows by GEMM_TILE per stage (4 wgmma k-steps of 8), keeps one stage's MMAs in flight, and frees
+// takes tiles of GEMM_TILE x TILE_N (128 or 192) of out, blockIdx.x, + gridDim.x, ..., in turn to
+// its two consumer warpgroups (ping-pong): their main loops take turns (each waits for the other's
+// to end), so that while one multiplies its tile the other stores its last one under the MMAs. One
+// thread of warpgroup 0 issues the TMA copies of every stage (GEMM_TILE x 32 of a, TILE_N x 32 of
+// b) into a ring of STAGES, in tile order, running ahead into the next tile; a consumer multiplies
+// 2 x 64 rows by TILE_N per stage (4 wgmma k-steps of 8), keeps one stage's MMAs in flight, and frees
 // a stage once the MMAs reading it are done. Each output has one writer that sums k in order:
 // bit-identical run to run. Tiles are numbered in groups of GEMM_GROUP_ROWS row tiles, the column
 // tiles swept within a group, so that the CTAs at work at once share their operands in L2.
 constexpr int GEMM_TILE = 128;         // rows and columns of out per tile
 constexpr int GEMM_THREADS = 384;      // the producer warpgroup, then the two consumers
 constexpr int GEMM_GROUP_ROWS = 16;    // row tiles per group of the raster
-constexpr int GEMM_STAGE_FLOATS = 2 * GEMM_TILE * 32;  // a's panel, then b's
+// A stage of tiles of GEMM_TILE x tile_n: a's panel, then b's.
+__host__ __device__ constexpr int gemm_stage_floats(int tile_n) { return (GEMM_TILE + tile_n) * 32; }
 
 struct GemmEpilogue {
     const float* bias;  // (N), or nullptr
@@ -191,8 +217,9 @@ struct GemmEpilogue {
 };
 
 // The dynamic shared memory of a ring of STAGES: the stages, the barriers, 1 KB for the alignment.
-constexpr size_t gemm_shared_bytes(int stages) {
-    return (size_t)stages * (GEMM_STAGE_FLOATS * sizeof(float) + 2 * sizeof(uint64_t)) + 2 * sizeof(uint64_t) + 1024;
+constexpr size_t gemm_shared_bytes(int stages, int tile_n) {
+    return (size_t)stages * (gemm_stage_floats(tile_n) * sizeof(float) + 2 * sizeof(uint64_t)) + 2 * sizeof(uint64_t) +
+           1024;
 }
 
 // The first row and column of out of tile `tile` (TILE_M x TILE_N) in the grouped raster.
@@ -245,19 +272,20 @@ __device__ __forceinline__ void gemm_store(float* out, GemmEpilogue epilogue, co
     }
 }
 
-template <int STAGES>
+template <int STAGES, int TILE_N>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid_constant__ CUtensorMap a_map,
                                                                     const __grid_constant__ CUtensorMap b_map,
                                                                     float* out, GemmEpilogue epilogue, int M, int N,
                                                                     int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int STAGE_FLOATS = gemm_stage_floats(TILE_N);
     static_assert(STAGES > 2, "a consumer's main loop starts while the other's last two stages may be in use");
     extern __shared__ float shared_raw[];
     float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
-    uint64_t* loaded = (uint64_t*)(stages + STAGES * GEMM_STAGE_FLOATS);            // [STAGES]: copies landed
+    uint64_t* loaded = (uint64_t*)(stages + STAGES * STAGE_FLOATS);            // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;      // [STAGES]: the MMAs reading the stage are done
     uint64_t* turn_done = consumed + STAGES;   // [consumer]: its main loop of a tile has issued every MMA
-    int row_tiles = ceil_div(M, GEMM_TILE), col_tiles = ceil_div(N, GEMM_TILE);
+    int row_tiles = ceil_div(M, GEMM_TILE), col_tiles = ceil_div(N, TILE_N);
     int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
@@ -275,12 +303,12 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
         if (threadIdx.x != 0) { return; }
         int filled = 0;  // stages filled so far
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int2 origin = gemm_tile_origin<GEMM_TILE, GEMM_TILE>(tile, row_tiles, col_tiles);
+            int2 origin = gemm_tile_origin<GEMM_TILE, TILE_N>(tile, row_tiles, col_tiles);
             for (int kt = 0; kt < k_tiles; kt++, filled++) {
                 int slot = filled % STAGES;
                 if (filled >= STAGES) { mbarrier_wait(&consumed[slot], (filled / STAGES - 1) & 1); }
-                float* stage = stages + slot * GEMM_STAGE_FLOATS;
-                mbarrier_expect_bytes(&loaded[slot], GEMM_STAGE_FLOATS * sizeof(float));
+                float* stage = stages + slot * STAGE_FLOATS;
+                mbarrier_expect_bytes(&loaded[slot], STAGE_FLOATS * sizeof(float));
                 tma_load_2d(stage, &a_map, 32 * kt, origin.x, &loaded[slot]);
                 tma_load_2d(stage + GEMM_TILE * 32, &b_map, 32 * kt, origin.y, &loaded[slot]);
             }
@@ -291,21 +319,21 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     int consumer = warpgroup - 1;
     // the CTA's j-th tile is consumer j % 2's; its stages are the ring's j * k_tiles onwards
     for (int j = consumer, tile = blockIdx.x + consumer * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
-        int2 origin = gemm_tile_origin<GEMM_TILE, GEMM_TILE>(tile, row_tiles, col_tiles);
+        int2 origin = gemm_tile_origin<GEMM_TILE, TILE_N>(tile, row_tiles, col_tiles);
         if (j > 0) { mbarrier_wait(&turn_done[1 - consumer], ((j - 1) / 2) & 1); }  // the other's turn on tile j - 1
-        float acc[2][GEMM_TILE / 2] = {};  // rows 0-63 and 64-127 of the tile
+        float acc[2][TILE_N / 2] = {};  // rows 0-63 and 64-127 of the tile
         int first = j * k_tiles;
         for (int kt = 0; kt < k_tiles; kt++) {
             int n = first + kt, slot = n % STAGES;
             mbarrier_wait(&loaded[slot], (n / STAGES) & 1);
-            const float* a = stages + slot * GEMM_STAGE_FLOATS;
+            const float* a = stages + slot * STAGE_FLOATS;
             const float* b = a + GEMM_TILE * 32;
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
                 uint64_t b_descriptor = wgmma_descriptor(b + 8 * ks);
-                wgmma_64x128_accumulate(acc[0], wgmma_descriptor(a + 8 * ks), b_descriptor);
-                wgmma_64x128_accumulate(acc[1], wgmma_descriptor(a + 64 * 32 + 8 * ks), b_descriptor);
+                wgmma_64xn_accumulate<TILE_N>(acc[0], wgmma_descriptor(a + 8 * ks), b_descriptor);
+                wgmma_64xn_accumulate<TILE_N>(acc[1], wgmma_descriptor(a + 64 * 32 + 8 * ks), b_descriptor);
             }
             wgmma_commit();
             wgmma_wait_one();  // the stage before this one is read: free it
@@ -314,26 +342,26 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
         mbarrier_arrive(&turn_done[consumer]);
         wgmma_wait_all();
         mbarrier_arrive(&consumed[(first + k_tiles - 1) % STAGES]);
-        pin_registers<GEMM_TILE>(&acc[0][0]);
-        gemm_store<GEMM_TILE>(out, epilogue, acc[0], origin.x, origin.y, M, N);
-        gemm_store<GEMM_TILE>(out, epilogue, acc[1], origin.x + 64, origin.y, M, N);
+        pin_registers<TILE_N>(&acc[0][0]);
+        gemm_store<TILE_N>(out, epilogue, acc[0], origin.x, origin.y, M, N);
+        gemm_store<TILE_N>(out, epilogue, acc[1], origin.x + 64, origin.y, M, N);
     }
 #endif
 }
 
-template <int STAGES>
+template <int STAGES, int TILE_N = GEMM_TILE>
 static void gemm_tf32(float* out, const float* a, const float* b, GemmEpilogue epilogue, int M, int N, int K,
                       cudaStream_t stream = 0) {
-    constexpr size_t shared = gemm_shared_bytes(STAGES);
+    constexpr size_t shared = gemm_shared_bytes(STAGES, TILE_N);
     static bool configured = false;
     if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(gemm_tf32_kernel<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(gemm_tf32_kernel<STAGES, TILE_N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)shared));
         configured = true;
     }
-    CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE), b_map = tensor_map_panels(b, N, K, K, GEMM_TILE);
-    unsigned int tiles = ceil_div(M, GEMM_TILE) * ceil_div(N, GEMM_TILE);
-    gemm_tf32_kernel<STAGES><<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(
+    CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE), b_map = tensor_map_panels(b, N, K, K, TILE_N);
+    unsigned int tiles = ceil_div(M, GEMM_TILE) * ceil_div(N, TILE_N);
+    gemm_tf32_kernel<STAGES, TILE_N><<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(
         a_map, b_map, out, epilogue, M, N, K);
     cudaCheck(cudaGetLastError());
 }
@@ -483,7 +511,7 @@ static void gemm_tf32_wide(float* out, const float* a, const float* b, GemmEpilo
 // ----------------------------------------------------------------------------------------------
 // The lab
 
-constexpr int NUM_VARIANTS = 7;
+constexpr int NUM_VARIANTS = 8;
 constexpr const char* VARIANT_NAMES[] = {
     nullptr,
     "1 cuBLASLt TF32 + bias (matmul_forward)",
@@ -493,6 +521,7 @@ constexpr const char* VARIANT_NAMES[] = {
     "5 (b) cuBLASLt + bias, then gelu_forward",
     "6 gemm_tf32_wide (128 x 256), 4 stages",
     "7 gemm_tf32_wide (128 x 256), 4 stages, TMA stores",
+    "8 gemm_tf32, tiles of 128 x 192, 5 stages",
 };
 
 // Relative to max |out|: both operands read as TF32 (10 mantissa bits; the tensor cores drop the
@@ -529,6 +558,8 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
     } else if (variant == 5) {
         matmul_forward(d.out, d.inp, d.weight, bias, s.M, s.K, s.N);
         gelu_forward(d.gelu_out, d.out, (size_t)s.M * s.N);
+    } else if (variant == 8) {
+        gemm_tf32<5, 192>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
     } else if (variant == 6) {
         gemm_tf32_wide<4, false>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
     } else {
@@ -618,12 +649,12 @@ int main(int argc, char** argv) {
             if (variant_selected(variant) && runs_on(variant, s)) { run_shape(d, s, variant); }
         }
     }
-    note("time over cuBLASLt's (variant 1), per shape: variants 2 3 6 7 | 4 over 5 (fc + GELU)");
+    note("time over cuBLASLt's (variant 1), per shape: variants 2 3 6 7 8 | 4 over 5 (fc + GELU)");
     for (const Shape& s : shapes) {
         std::map<int, double>& t = g_times[s.name];
         if (t.count(1) == 0) { continue; }
         std::string row = s.name + ":";
-        for (int v : {2, 3, 6, 7}) {
+        for (int v : {2, 3, 6, 7, 8}) {
             char cell[32];
             snprintf(cell, sizeof(cell), " %.3f", t.count(v) ? t[v] / t[1] : NAN);
             row += cell;
