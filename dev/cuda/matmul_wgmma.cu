@@ -272,6 +272,39 @@ __device__ __forceinline__ void gemm_store(float* out, GemmEpilogue epilogue, co
     }
 }
 
+// The ring's barriers: a stage's copies have landed (the producer's arrival and the bytes), and the
+// `readers` consumer threads that multiply it are done with it.
+__device__ __forceinline__ void gemm_ring_init(uint64_t* loaded, uint64_t* consumed, int stages, int readers) {
+    for (int s = 0; s < stages; s++) {
+        mbarrier_init(&loaded[s], 1);
+        mbarrier_init(&consumed[s], readers);
+    }
+}
+
+// Warpgroup 0, the producer: it gives up registers, and its first thread copies every stage of
+// this CTA's tiles (blockIdx.x, + gridDim.x, ...) in order into the ring of STAGES (a's GEMM_TILE x
+// 32 panel, then b's TILE_N x 32), a slot refilled once the consumers have freed it, running ahead
+// into the next tile.
+template <int STAGES, int TILE_N>
+__device__ __forceinline__ void gemm_produce(float* stages, uint64_t* loaded, uint64_t* consumed, const CUtensorMap* a_map,
+                                             const CUtensorMap* b_map, int row_tiles, int col_tiles, int k_tiles) {
+    warpgroup_registers_lower<40>();
+    if (threadIdx.x != 0) { return; }
+    constexpr int STAGE_FLOATS = gemm_stage_floats(TILE_N);
+    int filled = 0;  // stages filled so far
+    for (int tile = blockIdx.x; tile < row_tiles * col_tiles; tile += gridDim.x) {
+        int2 origin = gemm_tile_origin<GEMM_TILE, TILE_N>(tile, row_tiles, col_tiles);
+        for (int kt = 0; kt < k_tiles; kt++, filled++) {
+            int slot = filled % STAGES;
+            if (filled >= STAGES) { mbarrier_wait(&consumed[slot], (filled / STAGES - 1) & 1); }
+            float* stage = stages + slot * STAGE_FLOATS;
+            mbarrier_expect_bytes(&loaded[slot], STAGE_FLOATS * sizeof(float));
+            tma_load_2d(stage, a_map, 32 * kt, origin.x, &loaded[slot]);
+            tma_load_2d(stage + GEMM_TILE * 32, b_map, 32 * kt, origin.y, &loaded[slot]);
+        }
+    }
+}
+
 template <int STAGES, int TILE_N>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid_constant__ CUtensorMap a_map,
                                                                     const __grid_constant__ CUtensorMap b_map,
@@ -288,35 +321,18 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     int row_tiles = ceil_div(M, GEMM_TILE), col_tiles = ceil_div(N, TILE_N);
     int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbarrier_init(&loaded[s], 1);
-            mbarrier_init(&consumed[s], 128);
-        }
+        gemm_ring_init(loaded, consumed, STAGES, 128);
         mbarrier_init(&turn_done[0], 128);
         mbarrier_init(&turn_done[1], 128);
         mbarrier_init_fence();
     }
     __syncthreads();
-    int warpgroup = threadIdx.x / 128;
-    if (warpgroup == 0) {
-        warpgroup_registers_lower<40>();
-        if (threadIdx.x != 0) { return; }
-        int filled = 0;  // stages filled so far
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int2 origin = gemm_tile_origin<GEMM_TILE, TILE_N>(tile, row_tiles, col_tiles);
-            for (int kt = 0; kt < k_tiles; kt++, filled++) {
-                int slot = filled % STAGES;
-                if (filled >= STAGES) { mbarrier_wait(&consumed[slot], (filled / STAGES - 1) & 1); }
-                float* stage = stages + slot * STAGE_FLOATS;
-                mbarrier_expect_bytes(&loaded[slot], STAGE_FLOATS * sizeof(float));
-                tma_load_2d(stage, &a_map, 32 * kt, origin.x, &loaded[slot]);
-                tma_load_2d(stage + GEMM_TILE * 32, &b_map, 32 * kt, origin.y, &loaded[slot]);
-            }
-        }
+    if (threadIdx.x < 128) {
+        gemm_produce<STAGES, TILE_N>(stages, loaded, consumed, &a_map, &b_map, row_tiles, col_tiles, k_tiles);
         return;
     }
     warpgroup_registers_raise<232>();
-    int consumer = warpgroup - 1;
+    int consumer = threadIdx.x / 128 - 1;
     // the CTA's j-th tile is consumer j % 2's; its stages are the ring's j * k_tiles onwards
     for (int j = consumer, tile = blockIdx.x + consumer * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
         int2 origin = gemm_tile_origin<GEMM_TILE, TILE_N>(tile, row_tiles, col_tiles);
@@ -373,12 +389,11 @@ static void gemm_tf32(float* out, const float* a, const float* b, GemmEpilogue e
 // for the 128 x 128 tiles above: shared memory gives 128 B/cycle. The tile's stores are not
 // hidden under MMAs; the producer fills the next tile's stages meanwhile.
 constexpr int GEMM_WIDE_N = 256;
-constexpr int GEMM_WIDE_STAGE_FLOATS = (GEMM_TILE + GEMM_WIDE_N) * 32;  // a's panel, then b's
 constexpr int GEMM_STORE_COLS = 64;  // columns of out a consumer stages per TMA store (two 32-column panels)
 constexpr int GEMM_STAGING_FLOATS = 64 * GEMM_STORE_COLS;  // a consumer's staging buffer
 
 constexpr size_t gemm_wide_shared_bytes(int stages, bool tma_store) {
-    return (size_t)stages * (GEMM_WIDE_STAGE_FLOATS * sizeof(float) + 2 * sizeof(uint64_t)) +
+    return (size_t)stages * (gemm_stage_floats(GEMM_WIDE_N) * sizeof(float) + 2 * sizeof(uint64_t)) +
            (tma_store ? 2 * GEMM_STAGING_FLOATS * sizeof(float) : 0) + 1024;
 }
 
@@ -424,39 +439,23 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float shared_raw[];
     float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
-    float* staging = stages + STAGES * GEMM_WIDE_STAGE_FLOATS;  // [consumer][GEMM_STAGING_FLOATS] (TMA_STORE)
+    constexpr int STAGE_FLOATS = gemm_stage_floats(GEMM_WIDE_N);
+    float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][GEMM_STAGING_FLOATS] (TMA_STORE)
     uint64_t* loaded = (uint64_t*)(staging + (TMA_STORE ? 2 * GEMM_STAGING_FLOATS : 0));  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
     int row_tiles = ceil_div(M, GEMM_TILE), col_tiles = ceil_div(N, GEMM_WIDE_N);
     int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbarrier_init(&loaded[s], 1);
-            mbarrier_init(&consumed[s], 256);
-        }
+        gemm_ring_init(loaded, consumed, STAGES, 256);
         mbarrier_init_fence();
     }
     __syncthreads();
-    int warpgroup = threadIdx.x / 128;
-    if (warpgroup == 0) {
-        warpgroup_registers_lower<40>();
-        if (threadIdx.x != 0) { return; }
-        int filled = 0;  // stages filled so far
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int2 origin = gemm_tile_origin<GEMM_TILE, GEMM_WIDE_N>(tile, row_tiles, col_tiles);
-            for (int kt = 0; kt < k_tiles; kt++, filled++) {
-                int slot = filled % STAGES;
-                if (filled >= STAGES) { mbarrier_wait(&consumed[slot], (filled / STAGES - 1) & 1); }
-                float* stage = stages + slot * GEMM_WIDE_STAGE_FLOATS;
-                mbarrier_expect_bytes(&loaded[slot], GEMM_WIDE_STAGE_FLOATS * sizeof(float));
-                tma_load_2d(stage, &a_map, 32 * kt, origin.x, &loaded[slot]);
-                tma_load_2d(stage + GEMM_TILE * 32, &b_map, 32 * kt, origin.y, &loaded[slot]);
-            }
-        }
+    if (threadIdx.x < 128) {
+        gemm_produce<STAGES, GEMM_WIDE_N>(stages, loaded, consumed, &a_map, &b_map, row_tiles, col_tiles, k_tiles);
         return;
     }
     warpgroup_registers_raise<232>();
-    int consumer = warpgroup - 1;
+    int consumer = threadIdx.x / 128 - 1;
     for (int j = 0, tile = blockIdx.x; tile < tiles; j++, tile += gridDim.x) {
         int2 origin = gemm_tile_origin<GEMM_TILE, GEMM_WIDE_N>(tile, row_tiles, col_tiles);
         float acc[GEMM_WIDE_N / 2] = {};  // rows 64 * consumer onwards
@@ -464,8 +463,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
         for (int kt = 0; kt < k_tiles; kt++) {
             int n = first + kt, slot = n % STAGES;
             mbarrier_wait(&loaded[slot], (n / STAGES) & 1);
-            const float* a = stages + slot * GEMM_WIDE_STAGE_FLOATS + consumer * 64 * 32;
-            const float* b = stages + slot * GEMM_WIDE_STAGE_FLOATS + GEMM_TILE * 32;
+            const float* a = stages + slot * STAGE_FLOATS + consumer * 64 * 32;
+            const float* b = stages + slot * STAGE_FLOATS + GEMM_TILE * 32;
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
