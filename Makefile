@@ -28,19 +28,9 @@ NVCC_COMMON := -O3 -std=c++17 --default-stream per-thread -I. -Xcompiler -Wall,-
 NVCCFLAGS = $(NVCC_COMMON) $(GENCODE)
 NVCCLIBS := -lcublasLt -lcublas
 
-# NCCL for several GPUs: found in NCCL_HOME, the CUDA toolkit or /usr (NCCL=0 builds without it,
-# one GPU only).
-CUDA_HOME ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
-NCCL ?= 1
-ifeq ($(NCCL),1)
-  NCCL_DIR := $(firstword $(foreach d,$(NCCL_HOME) $(CUDA_HOME) /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
-  NCCL_LIB := $(firstword $(wildcard $(NCCL_DIR)/lib64/libnccl.so $(NCCL_DIR)/lib/libnccl.so \
-                                     $(NCCL_DIR)/lib/x86_64-linux-gnu/libnccl.so $(NCCL_DIR)/lib/aarch64-linux-gnu/libnccl.so))
-  ifneq ($(NCCL_LIB),)
-    NVCC_COMMON += -DUSE_NCCL -I$(NCCL_DIR)/include
-    NVCCLIBS += -L$(dir $(NCCL_LIB)) -Xlinker -rpath=$(dir $(NCCL_LIB)) -lnccl
-  endif
-endif
+include nccl.mk
+NVCC_COMMON += $(NCCL_FLAGS)
+NVCCLIBS += $(NCCL_LIBS)
 
 TRAIN_DATA := dev/data/tinyshakespeare/tiny_shakespeare_train.bin
 VAL_DATA := dev/data/tinyshakespeare/tiny_shakespeare_val.bin
