@@ -222,13 +222,12 @@ constexpr size_t gemm_shared_bytes(int stages, int tile_n) {
            1024;
 }
 
-// The first row and column of out of tile `tile` (TILE_M x TILE_N) in the grouped raster.
-template <int TILE_M, int TILE_N>
-__device__ __forceinline__ int2 gemm_tile_origin(int tile, int row_tiles, int col_tiles) {
+// The first row and column of out of tile `tile` (GEMM_TILE x tile_n) in the grouped raster.
+__device__ __forceinline__ int2 gemm_tile_origin(int tile, int row_tiles, int col_tiles, int tile_n) {
     int group = tile / (GEMM_GROUP_ROWS * col_tiles), first_row_tile = group * GEMM_GROUP_ROWS;
     int group_rows = min(GEMM_GROUP_ROWS, row_tiles - first_row_tile);
     int in_group = tile - group * GEMM_GROUP_ROWS * col_tiles;
-    return make_int2((first_row_tile + in_group % group_rows) * TILE_M, in_group / group_rows * TILE_N);
+    return make_int2((first_row_tile + in_group % group_rows) * GEMM_TILE, in_group / group_rows * tile_n);
 }
 
 // 64 rows x COLS of a consumer warpgroup's accumulator (the accumulator fragment of the trainer's
@@ -293,7 +292,7 @@ __device__ __forceinline__ void gemm_produce(float* stages, uint64_t* loaded, ui
     constexpr int STAGE_FLOATS = gemm_stage_floats(TILE_N);
     int filled = 0;  // stages filled so far
     for (int tile = blockIdx.x; tile < row_tiles * col_tiles; tile += gridDim.x) {
-        int2 origin = gemm_tile_origin<GEMM_TILE, TILE_N>(tile, row_tiles, col_tiles);
+        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, TILE_N);
         for (int kt = 0; kt < k_tiles; kt++, filled++) {
             int slot = filled % STAGES;
             if (filled >= STAGES) { mbarrier_wait(&consumed[slot], (filled / STAGES - 1) & 1); }
@@ -335,7 +334,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     int consumer = threadIdx.x / 128 - 1;
     // the CTA's j-th tile is consumer j % 2's; its stages are the ring's j * k_tiles onwards
     for (int j = consumer, tile = blockIdx.x + consumer * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
-        int2 origin = gemm_tile_origin<GEMM_TILE, TILE_N>(tile, row_tiles, col_tiles);
+        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, TILE_N);
         if (j > 0) { mbarrier_wait(&turn_done[1 - consumer], ((j - 1) / 2) & 1); }  // the other's turn on tile j - 1
         float acc[2][TILE_N / 2] = {};  // rows 0-63 and 64-127 of the tile
         int first = j * k_tiles;
@@ -457,7 +456,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
     warpgroup_registers_raise<232>();
     int consumer = threadIdx.x / 128 - 1;
     for (int j = 0, tile = blockIdx.x; tile < tiles; j++, tile += gridDim.x) {
-        int2 origin = gemm_tile_origin<GEMM_TILE, GEMM_WIDE_N>(tile, row_tiles, col_tiles);
+        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, GEMM_WIDE_N);
         float acc[GEMM_WIDE_N / 2] = {};  // rows 64 * consumer onwards
         int first = j * k_tiles;
         for (int kt = 0; kt < k_tiles; kt++) {
