@@ -261,16 +261,11 @@ static void teardown(Setup& s) {
             CUDA_CHECK(cudaFree(r.send));
             CUDA_CHECK(cudaFree(r.recv));
         }
-        CUDA_CHECK(cudaFree(r.gemm_a));
-        CUDA_CHECK(cudaFree(r.gemm_b));
-        CUDA_CHECK(cudaFree(r.gemm_out));
+        for (float* p : {r.gemm_a, r.gemm_b, r.gemm_out}) { CUDA_CHECK(cudaFree(p)); }
         CUBLAS_CHECK(cublasDestroy(r.cublas));
         NCCL_CHECK(ncclCommDestroy(r.nccl));
-        CUDA_CHECK(cudaStreamDestroy(r.compute));
-        CUDA_CHECK(cudaStreamDestroy(r.comm));
-        CUDA_CHECK(cudaEventDestroy(r.start));
-        CUDA_CHECK(cudaEventDestroy(r.gemms_done));
-        CUDA_CHECK(cudaEventDestroy(r.moves_done));
+        for (cudaStream_t stream : {r.compute, r.comm}) { CUDA_CHECK(cudaStreamDestroy(stream)); }
+        for (cudaEvent_t event : {r.start, r.gemms_done, r.moves_done}) { CUDA_CHECK(cudaEventDestroy(event)); }
     }
 }
 
