@@ -469,6 +469,42 @@ static std::vector<int> sample_rows(int rows, int count) {
     return picked;
 }
 
+// A linear layer's check against the CPU in double: fresh inputs (inp (M, K) in [-1, 1), weight
+// (N, K) in [-0.1, 0.1), bias (N) in [-1, 1); bias nullptr: none), the outputs poisoned, launch(),
+// then sampled rows (about 150M multiply-adds) of out = inp weight^T + bias and, where given, of
+// gelu_out = gelu(out); every element of both is checked for NaN and infinity.
+struct LinearCheck {
+    ErrorMeter out, gelu;  // out's and gelu_out's errors over the sampled rows
+    bool finite;           // no element of either output is NaN or infinite
+};
+
+static LinearCheck linear_check(float* inp, float* weight, float* bias, float* out, float* gelu_out, int M, int N,
+                                int K, const Launch& launch) {
+    size_t n_out = (size_t)M * N;
+    fill_uniform(inp, (size_t)M * K, -1.0f, 1.0f);
+    fill_uniform(weight, (size_t)N * K, -0.1f, 0.1f);
+    if (bias != nullptr) { fill_uniform(bias, N, -1.0f, 1.0f); }
+    poison(out, n_out);
+    if (gelu_out != nullptr) { poison(gelu_out, n_out); }
+    launch();
+    std::vector<float> inp_host = download(inp, (size_t)M * K), weight_host = download(weight, (size_t)N * K);
+    std::vector<float> bias_host = bias != nullptr ? download(bias, N) : std::vector<float>();
+    std::vector<float> out_host = download(out, n_out);
+    std::vector<float> gelu_host = gelu_out != nullptr ? download(gelu_out, n_out) : std::vector<float>();
+    LinearCheck check = {};
+    int rows = std::max(4, (int)(64LL * 768 * 3072 / ((long long)K * N)));
+    for (int row : sample_rows(M, rows)) {
+        std::vector<double> want = linear_reference_row(inp_host, weight_host, bias_host, K, N, row);
+        for (int o = 0; o < N; o++) {
+            size_t i = (size_t)row * N + o;
+            error_add(&check.out, out_host[i], want[o]);
+            if (gelu_out != nullptr) { error_add(&check.gelu, gelu_host[i], gelu_tanh(want[o])); }
+        }
+    }
+    check.finite = count_non_finite(out, n_out) == 0 && (gelu_out == nullptr || count_non_finite(gelu_out, n_out) == 0);
+    return check;
+}
+
 // ----------------------------------------------------------------------------------------------
 // The residual add out = a + b, float4 per thread, as the trainer had it before fusing it into
 // layernorm_forward: residual_forward.cu times it, layernorm_forward.cu uses it as the unfused pair.

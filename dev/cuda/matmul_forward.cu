@@ -51,8 +51,6 @@ constexpr const char* VARIANT_NAMES[] = {
 // mantissa bits (2^-11 relative each), the errors of K products adding up at random.
 constexpr double FP32_TOLERANCE = 1e-5, TF32_TOLERANCE = 5e-3;
 constexpr int AUTOTUNE_CANDIDATES = 16;
-// Rows of out compared with the CPU (all are NaN-checked): about 150M multiply-adds in double.
-static int checked_rows(int K, int OC) { return std::max(4, (int)(64LL * 768 * 3072 / ((long long)K * OC))); }
 
 static bool uses_tf32(int variant) { return variant == 3 || (variant >= 5 && variant <= 7); }
 static bool precision_variant(int variant) { return variant == 3 || variant == 4 || variant >= 8; }
@@ -163,36 +161,18 @@ static void launch_variant(int variant, const Buffers& d, Shape s) {
 
 // ----------------------------------------------------------------------------------------------
 
-// Max relative error of checked_rows() rows of out (and of pre for the GELU variants) against
-// the CPU in double; the error is infinite if any element of out is not finite.
+// Max relative error of out (and of pre for the GELU variants, out then holding gelu(pre)) against
+// the CPU (linear_check); infinite if any element of an output is not finite.
 static double check_variant(const Buffers& d, Shape s, int variant) {
-    size_t n_out = (size_t)s.N * s.OC;
-    fill_uniform(d.inp, (size_t)s.N * s.K, -1.0f, 1.0f);
-    fill_uniform(d.weight, (size_t)s.OC * s.K, -0.1f, 0.1f);
-    fill_uniform(d.bias, s.OC, -1.0f, 1.0f);
     bool gelu = gelu_pair(variant);
-    poison(d.out, n_out);
-    if (gelu) { poison(d.pre, n_out); }
-    launch_variant(variant, d, s);
-    std::vector<float> inp = download(d.inp, (size_t)s.N * s.K), weight = download(d.weight, (size_t)s.OC * s.K);
-    std::vector<float> bias, out = download(d.out, n_out), pre;
-    if (s.has_bias) { bias = download(d.bias, s.OC); }
-    if (gelu) { pre = download(d.pre, n_out); }
-    ErrorMeter out_error = {}, pre_error = {};
-    for (int row : sample_rows(s.N, checked_rows(s.K, s.OC))) {
-        std::vector<double> want = linear_reference_row(inp, weight, bias, s.K, s.OC, row);
-        for (int o = 0; o < s.OC; o++) {
-            size_t i = (size_t)row * s.OC + o;
-            error_add(&out_error, out[i], gelu ? gelu_tanh(want[o]) : want[o]);
-            if (gelu) { error_add(&pre_error, pre[i], want[o]); }
-        }
-    }
-    double error = std::max(error_value(out_error), gelu ? error_value(pre_error) : 0.0);
-    if (precision_variant(variant)) {
+    LinearCheck check = linear_check(d.inp, d.weight, s.has_bias ? d.bias : nullptr, gelu ? d.pre : d.out,
+                                     gelu ? d.out : nullptr, s.N, s.OC, s.K, [&] { launch_variant(variant, d, s); });
+    double error = std::max(error_value(check.out), gelu ? error_value(check.gelu) : 0.0);
+    if (precision_variant(variant)) {  // never a GELU pair
         note("error against FP64, %s, %s: max %.2e, mean %.2e", VARIANT_NAMES[variant], s.name,
-             error_value(out_error), error_mean(out_error));
+             error_value(check.out), error_mean(check.out));
     }
-    return count_non_finite(d.out, n_out) == 0 ? error : INFINITY;
+    return check.finite ? error : INFINITY;
 }
 
 // cuBLASLt's GELU on its own pre-activations (aux) against the tanh form the trainer uses and

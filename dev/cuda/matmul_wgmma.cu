@@ -525,8 +525,6 @@ constexpr const char* VARIANT_NAMES[] = {
 // Relative to max |out|: both operands read as TF32 (10 mantissa bits; the tensor cores drop the
 // rest), the errors of K products adding up at random (measured: cuBLASLt 2-3e-4).
 constexpr double TF32_TOLERANCE = 5e-3;
-// Rows of out compared with the CPU (all are NaN-checked): about 150M multiply-adds in double.
-static int checked_rows(int K, int N) { return std::max(4, (int)(64LL * 768 * 3072 / ((long long)K * N))); }
 
 struct Shape {
     std::string name;
@@ -565,32 +563,13 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
     }
 }
 
-// Max relative error of sampled rows of out (and of gelu_out for the GELU variants) against the
-// CPU in double; infinite if any element of an output is not finite.
+// Max relative error of out (and of gelu_out for the GELU variants) against the CPU
+// (linear_check); infinite if any element of an output is not finite.
 static double check_variant(const Buffers& d, const Shape& s, int variant) {
-    size_t n_out = (size_t)s.M * s.N;
-    fill_uniform(d.inp, (size_t)s.M * s.K, -1.0f, 1.0f);
-    fill_uniform(d.weight, (size_t)s.N * s.K, -0.1f, 0.1f);
-    fill_uniform(d.bias, s.N, -1.0f, 1.0f);
     bool gelu = variant == 4 || variant == 5;
-    poison(d.out, n_out);
-    if (gelu) { poison(d.gelu_out, n_out); }
-    launch_variant(variant, d, s);
-    std::vector<float> inp = download(d.inp, (size_t)s.M * s.K), weight = download(d.weight, (size_t)s.N * s.K);
-    std::vector<float> bias, out = download(d.out, n_out), gelu_out;
-    if (s.has_bias) { bias = download(d.bias, s.N); }
-    if (gelu) { gelu_out = download(d.gelu_out, n_out); }
-    ErrorMeter out_error = {}, gelu_error = {};
-    for (int row : sample_rows(s.M, checked_rows(s.K, s.N))) {
-        std::vector<double> want = linear_reference_row(inp, weight, bias, s.K, s.N, row);
-        for (int o = 0; o < s.N; o++) {
-            size_t i = (size_t)row * s.N + o;
-            error_add(&out_error, out[i], want[o]);
-            if (gelu) { error_add(&gelu_error, gelu_out[i], gelu_tanh(want[o])); }
-        }
-    }
-    bool finite = count_non_finite(d.out, n_out) == 0 && (!gelu || count_non_finite(d.gelu_out, n_out) == 0);
-    return finite ? std::max(error_value(out_error), gelu ? error_value(gelu_error) : 0.0) : INFINITY;
+    LinearCheck check = linear_check(d.inp, d.weight, s.has_bias ? d.bias : nullptr, d.out, gelu ? d.gelu_out : nullptr,
+                                     s.M, s.N, s.K, [&] { launch_variant(variant, d, s); });
+    return check.finite ? std::max(error_value(check.out), gelu ? error_value(check.gelu) : 0.0) : INFINITY;
 }
 
 static std::map<std::string, std::map<int, double>> g_times;  // shape -> variant -> ms
