@@ -195,11 +195,14 @@ static void comm_all_gather_to_host(Comm* comm, const void* mine, void* all, siz
         comm->gather_buffer = (char*)device_malloc(total, what);
         comm->gather_bytes = total;
     }
+    // every copy on the collective's stream, so that NCCL reads this call's value (pageable host
+    // memory: the upload has left `mine` when the call returns)
     char* device = comm->gather_buffer;
-    bool ok = cudaMemcpy(device + comm->rank * bytes, mine, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+    bool ok = cudaMemcpyAsync(device + comm->rank * bytes, mine, bytes, cudaMemcpyHostToDevice, comm->stream) ==
+              cudaSuccess;
     ncclCheck(ncclAllGather(device + comm->rank * bytes, device, bytes, ncclChar, comm->nccl, comm->stream));
-    ok = ok && cudaStreamSynchronize(comm->stream) == cudaSuccess &&
-         cudaMemcpy(all, device, total, cudaMemcpyDeviceToHost) == cudaSuccess;
+    ok = ok && cudaMemcpyAsync(all, device, total, cudaMemcpyDeviceToHost, comm->stream) == cudaSuccess &&
+         cudaStreamSynchronize(comm->stream) == cudaSuccess;
     if (!ok) { fail("rank %d: cannot share %s with the other ranks", comm->rank, what); }
 }
 #endif
