@@ -23,7 +23,8 @@
 
 struct Comm {
     int rank, world, local_rank;
-    cudaStream_t stream;  // where the collectives and the gradient buckets' work run (nullptr: the main stream)
+    cudaStream_t stream;  // comm_init's, non-blocking: the collectives, the work queued between them (the
+                          // gradients' additions and ordered sums), comm_all_gather_to_host's copies
 #ifdef USE_NCCL
     ncclComm_t nccl;
 #endif
