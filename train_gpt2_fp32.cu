@@ -5262,20 +5262,37 @@ static int run_init_data(Run* run) {
     return val_B;
 }
 
-// --overlap's decision (llmc/overlap.h), the same on every rank: the link is what NCCL will take
-// between the ranks' GPUs (a single visible GPU cannot tell peer access: NCCL finds it, so peer).
-static void run_choose_overlap(Run* run) {
-    int device, devices;
+// Whether this rank's GPU reaches the memory of the GPUs of the run's other ranks on its host
+// (places: every rank's). One this process cannot see counts as reached, as NCCL's p2pCanConnect
+// counts it (CUDA 10.1 and later reach invisible devices).
+static bool peer_access_on_host(const std::vector<GpuPlace>& places) {
+    const GpuPlace* mine = &places[g_comm.rank];
+    int device;
     cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaGetDeviceCount(&devices));
-    bool peer_access = true;
-    for (int other = 0; other < devices; other++) {
-        int can = 1;
-        if (other != device) { cudaCheck(cudaDeviceCanAccessPeer(&can, device, other)); }
-        peer_access = peer_access && can;
+    bool reached = true;
+    for (const GpuPlace& other : places) {
+        int other_device, can = 1;
+        if (other.host != mine->host || strcmp(other.bus_id, mine->bus_id) == 0) { continue; }
+        if (cudaDeviceGetByPCIBusId(&other_device, other.bus_id) == cudaSuccess) {
+            cudaCheck(cudaDeviceCanAccessPeer(&can, device, other_device));
+        } else {
+            (void)cudaGetLastError();  // not visible here (CUDA_VISIBLE_DEVICES): the error cleared
+        }
+        reached = reached && can;
     }
-    Link link = overlap_link(comm_hosts(&g_comm), peer_access, nccl_link_switches_from_environment(),
-                             rdma_device_present());
+    return reached;
+}
+
+// --overlap's decision (llmc/overlap.h), made once from every rank's view of the link (its GPU's
+// peer access to the run's other GPUs on its host, its NCCL switches, its RDMA devices), so the
+// same on every rank.
+static void run_choose_overlap(Run* run) {
+    std::vector<GpuPlace> places = comm_gpu_places(&g_comm);
+    LinkView mine = link_view(places[g_comm.rank].host, peer_access_on_host(places),
+                              nccl_link_switches_from_environment(), rdma_device_present());
+    std::vector<LinkView> views(g_comm.world);
+    comm_all_gather_to_host(&g_comm, &mine, views.data(), sizeof(mine), "the links the ranks see");
+    Link link = overlap_run_link(views.data(), g_comm.world);
     OverlapChoice choice = overlap_choose(run->args.overlap, g_comm.world, link);
     comm_check_same(&g_comm, choice.on, "the overlap decisions (--overlap)");
     run->overlap_why = choice.why;

@@ -185,11 +185,15 @@ static void comm_gather_slices(const Comm* comm, const float* slice, size_t num_
 #endif
 }
 
-#ifdef USE_NCCL
 // Every rank's `bytes` at `mine` to every rank's host, rank r's at all + r * bytes: an all-gather
 // through comm's device buffer (grown when too small, so that repeated calls do not free device
 // memory, which synchronises the GPU), waited for; `what` names it in the error.
 static void comm_all_gather_to_host(Comm* comm, const void* mine, void* all, size_t bytes, const char* what) {
+    if (comm->world == 1) {
+        memcpy(all, mine, bytes);
+        return;
+    }
+#ifdef USE_NCCL
     size_t total = bytes * comm->world;
     if (total > comm->gather_bytes) {
         device_free(comm->gather_buffer);
@@ -205,8 +209,10 @@ static void comm_all_gather_to_host(Comm* comm, const void* mine, void* all, siz
     ok = ok && cudaMemcpyAsync(all, device, total, cudaMemcpyDeviceToHost, comm->stream) == cudaSuccess &&
          cudaStreamSynchronize(comm->stream) == cudaSuccess;
     if (!ok) { fail("rank %d: cannot share %s with the other ranks", comm->rank, what); }
-}
+#else
+    (void)what;
 #endif
+}
 
 // values (n doubles, the same positions on every rank, each written by at most one rank and 0
 // on the others) become the sum over the ranks in rank order on every rank: exact, since all but
@@ -248,18 +254,26 @@ static void comm_check_same(Comm* comm, uint64_t value, const char* what) {
 #endif
 }
 
-// The number of hosts the ranks run on (by host name).
-static int comm_hosts(Comm* comm) {
-    if (comm->world == 1) { return 1; }
+// Where a rank's GPU is, as every rank can name it.
+struct GpuPlace {
+    uint64_t host;     // a hash of its host's name
+    char bus_id[32];   // its PCI bus id (cudaDeviceGetPCIBusId)
+};
+
+// Every rank's GpuPlace, rank r's at [r] (this process's GPU chosen).
+static std::vector<GpuPlace> comm_gpu_places(Comm* comm) {
+    GpuPlace mine = {};
     char name[256] = {};
     gethostname(name, sizeof(name) - 1);
-    uint64_t hash = fnv1a_bytes(FNV1A_OFFSET, name, strlen(name));
-    std::vector<uint64_t> hashes(comm->world, hash);
-#ifdef USE_NCCL
-    comm_all_gather_to_host(comm, &hash, hashes.data(), sizeof(hash), "host names");
-#endif
-    std::sort(hashes.begin(), hashes.end());
-    return (int)(std::unique(hashes.begin(), hashes.end()) - hashes.begin());
+    mine.host = fnv1a_bytes(FNV1A_OFFSET, name, strlen(name));
+    int device;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(mine.bus_id, sizeof(mine.bus_id) - 1, device) != cudaSuccess) {
+        fail("rank %d: cannot read its GPU's PCI bus id", comm->rank);
+    }
+    std::vector<GpuPlace> places(comm->world);
+    comm_all_gather_to_host(comm, &mine, places.data(), sizeof(mine), "the GPUs' places");
+    return places;
 }
 
 // A normal end: the peers are told this rank finished, then the communicator is released.
