@@ -4370,7 +4370,7 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
              c->max_seq_len);
     }
     size_t BT = (size_t)B * T;
-    cudaCheck(cudaEventSynchronize(model->upload_done));  // the staging area is free again
+    comm_wait(&g_comm, model->upload_done);  // the staging area is free (polled: it may follow a step's moves)
     upload(model, model->inputs, inputs, BT, 0);
     if (targets != nullptr) { upload(model, model->targets, targets, BT, BT); }
     if (with_grads) {
@@ -5535,7 +5535,7 @@ static void run_periodic(Run* run, int step, bool last_step) {
     if (timed) {
         float ms;
         cudaCheck(cudaEventRecord(run->periodic_marks[1]));
-        cudaCheck(cudaEventSynchronize(run->periodic_marks[1]));
+        comm_wait(&g_comm, run->periodic_marks[1]);
         cudaCheck(cudaEventElapsedTime(&ms, run->periodic_marks[0], run->periodic_marks[1]));
         run->periodic_ms += ms;
     }

@@ -94,13 +94,15 @@ static bool comm_available() {
 #endif
 }
 
-// Waits for `event` like cudaEventSynchronize; with several ranks it polls, so that an NCCL
-// error (a peer gone, a network failure) aborts the communicator with an error, never a hang.
-static void comm_wait(const Comm* comm, cudaEvent_t event) {
+// Every wait for the GPU that may wait for NCCL goes through here: with several ranks it polls
+// query() (cudaEventQuery, cudaStreamQuery) until it is no longer cudaErrorNotReady, so that an
+// NCCL error (a peer gone, a network failure) aborts the communicator with one line, never a hang;
+// a dead peer of a TCP rendezvous ends this process from the liveness watcher's thread. The
+// caller's synchronize then returns at once.
+template <typename Query>
+static void comm_poll(const Comm* comm, Query query) {
 #ifdef USE_NCCL
-    while (comm->world > 1) {
-        cudaError_t status = cudaEventQuery(event);
-        if (status != cudaErrorNotReady) { break; }
+    while (comm->world > 1 && query() == cudaErrorNotReady) {
         ncclResult_t async_error;
         ncclCheck(ncclCommGetAsyncError(comm->nccl, &async_error));
         if (async_error != ncclSuccess && async_error != ncclInProgress) {
@@ -110,8 +112,21 @@ static void comm_wait(const Comm* comm, cudaEvent_t event) {
         struct timespec pause = {0, 50000};
         nanosleep(&pause, nullptr);
     }
+#else
+    (void)comm, (void)query;
 #endif
+}
+
+// Waits for `event` like cudaEventSynchronize (comm_poll).
+static void comm_wait(const Comm* comm, cudaEvent_t event) {
+    comm_poll(comm, [&] { return cudaEventQuery(event); });
     if (cudaEventSynchronize(event) != cudaSuccess) { fail("rank %d: the GPU failed while waiting", comm->rank); }
+}
+
+// Waits for the work queued on comm->stream (comm_poll); false if it failed.
+static bool comm_sync(const Comm* comm) {
+    comm_poll(comm, [&] { return cudaStreamQuery(comm->stream); });
+    return cudaStreamSynchronize(comm->stream) == cudaSuccess;
 }
 
 // The stream `waiter` waits for the work queued so far on `stream` (through `event`).
@@ -172,14 +187,14 @@ static void comm_gather_slices(const Comm* comm, const float* slice, size_t num_
                 ncclCheck(ncclSend(slice + (begin - theirs.begin), count, ncclFloat, 0, comm->nccl, comm->stream));
             } else if (comm->rank == 0) {
                 ncclCheck(ncclRecv(buffer, count, ncclFloat, r, comm->nccl, comm->stream));
-                if (cudaStreamSynchronize(comm->stream) != cudaSuccess ||
+                if (!comm_sync(comm) ||
                     cudaMemcpy(host + begin, buffer, count * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
                     fail("cannot gather the optimizer state from rank %d", r);
                 }
             }
         }
     }
-    if (comm->world > 1 && cudaStreamSynchronize(comm->stream) != cudaSuccess) { fail("cannot gather the optimizer state"); }
+    if (comm->world > 1 && !comm_sync(comm)) { fail("cannot gather the optimizer state"); }
 #else
     (void)buffer, (void)buffer_floats;
 #endif
@@ -201,13 +216,14 @@ static void comm_all_gather_to_host(Comm* comm, const void* mine, void* all, siz
         comm->gather_bytes = total;
     }
     // every copy on the collective's stream, so that NCCL reads this call's value (pageable host
-    // memory: the upload has left `mine` when the call returns)
-    char* device = comm->gather_buffer;
-    bool ok = cudaMemcpyAsync(device + comm->rank * bytes, mine, bytes, cudaMemcpyHostToDevice, comm->stream) ==
-              cudaSuccess;
-    ncclCheck(ncclAllGather(device + comm->rank * bytes, device, bytes, ncclChar, comm->nccl, comm->stream));
-    ok = ok && cudaMemcpyAsync(all, device, total, cudaMemcpyDeviceToHost, comm->stream) == cudaSuccess &&
-         cudaStreamSynchronize(comm->stream) == cudaSuccess;
+    // memory: the upload has left `mine` when the call returns); each copy, which may block the
+    // host, once the stream's earlier work is done
+    char* gathered = comm->gather_buffer;
+    char* own = gathered + comm->rank * bytes;
+    bool ok = comm_sync(comm) && cudaMemcpyAsync(own, mine, bytes, cudaMemcpyHostToDevice, comm->stream) == cudaSuccess;
+    ncclCheck(ncclAllGather(own, gathered, bytes, ncclChar, comm->nccl, comm->stream));
+    ok = ok && comm_sync(comm) &&
+         cudaMemcpyAsync(all, gathered, total, cudaMemcpyDeviceToHost, comm->stream) == cudaSuccess && comm_sync(comm);
     if (!ok) { fail("rank %d: cannot share %s with the other ranks", comm->rank, what); }
 #else
     (void)what;
