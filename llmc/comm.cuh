@@ -94,7 +94,7 @@ static bool comm_available() {
 #endif
 }
 
-// Every wait for the GPU that may wait for NCCL goes through here: with several ranks it polls
+// A wait for the GPU that may wait for NCCL (comm_wait, comm_sync): with several ranks it polls
 // query() (cudaEventQuery, cudaStreamQuery) until it is no longer cudaErrorNotReady, so that an
 // NCCL error (a peer gone, a network failure) aborts the communicator with one line, never a hang;
 // a dead peer of a TCP rendezvous ends this process from the liveness watcher's thread. The
