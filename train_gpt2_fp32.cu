@@ -71,7 +71,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include "llmc/tensorboard.h"    // defines: TensorBoard, event files (scalars, text, session starts) without TensorFlow
 #include "llmc/tokenizer.h"      // defines: Tokenizer (GPT-2 BPE)
 #include "llmc/utils.h"          // defines: fail, checked file I/O, atomic writes
-#include "llmc/zero.h"           // defines: ZeRO-1 shards, gradient buckets, the rank-ordered sum
+#include "llmc/zero.h"           // defines: ZeRO-1 shards, gradient buckets, each rank's messages
 
 namespace cg = cooperative_groups;
 
@@ -3773,18 +3773,18 @@ static void ordered_sum(float* dst, const float* received, size_t stride, size_t
 //                    reads it (dp_wait_bucket), the embeddings' bucket waited for at once
 //   dp_join          the main stream waits for everything queued on g_comm.stream
 struct DataParallel {
-    bool overlap;  // --overlap: the buckets' moves beside the backward and the next forward pass
+    bool overlap;  // --overlap's decision (dp_plan): the buckets' moves beside the backward and the next forward pass
+    // with the overlap: the buckets, each one's messages, its parameters arrived (dp_gather)
     std::vector<std::vector<ZeroRange>> buckets;
-    std::vector<std::vector<ZeroMessage>> to_owners, from_owners;  // each bucket's messages
-    std::vector<ZeroMessage> all_to_owners;                         // every gradient's, without the overlap
-    std::vector<cudaEvent_t> gathered;  // bucket k's parameters have arrived (dp_gather)
+    std::vector<std::vector<ZeroMessage>> to_owners, from_owners;
+    std::vector<cudaEvent_t> gathered;
+    std::vector<ZeroMessage> all_to_owners;  // without it: every gradient's messages
     float* received;        // the other ranks' gradients of this rank's slice: world - 1 slots of it
     cudaEvent_t handoff;    // a stream's work so far, for g_comm.stream to wait for
     cudaEvent_t joined;     // g_comm.stream's work so far, for the main stream
 };
 
-static void dp_init(DataParallel* dp, const size_t* param_sizes, size_t num_parameters, int layers,
-                    size_t chunks_per_rank) {
+static void dp_init(DataParallel* dp, size_t chunks_per_rank) {
     int world = g_comm.world;
     *dp = DataParallel();
     cudaCheck(cudaEventCreateWithFlags(&dp->handoff, cudaEventDisableTiming));
@@ -3793,17 +3793,27 @@ static void dp_init(DataParallel* dp, const size_t* param_sizes, size_t num_para
     // the same size on every rank: the largest slice's
     dp->received = (float*)device_malloc((world - 1) * chunks_per_rank * ZERO_CHUNK * sizeof(float),
                                          "gradients from other ranks");
+}
+
+// The messages of the moves as --overlap's decision `overlap` (the same on every rank) makes them,
+// for a model of param_sizes (num_parameters in all) and `layers` layers; set before the first step.
+static void dp_plan(DataParallel* dp, bool overlap, const size_t* param_sizes, size_t num_parameters, int layers) {
+    dp->overlap = overlap;
+    if (g_comm.world == 1) { return; }
+    auto messages = [&](const std::vector<ZeroRange>& ranges, bool to_owners) {
+        return zero_messages(ranges, num_parameters, g_comm.rank, g_comm.world, to_owners, COMM_MESSAGE_FLOATS);
+    };
+    if (!overlap) {
+        dp->all_to_owners = messages({{0, num_parameters}}, true);
+        return;
+    }
     bool layered[NUM_PARAMETER_TENSORS];
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { layered[i] = PARAMETER_TENSORS[i].per_layer; }
     dp->buckets = zero_gradient_buckets(param_sizes, layered, NUM_PARAMETER_TENSORS, layers);
-    auto messages = [&](const std::vector<ZeroRange>& ranges, bool to_owners) {
-        return zero_messages(ranges, num_parameters, g_comm.rank, world, to_owners, COMM_MESSAGE_FLOATS);
-    };
     for (const std::vector<ZeroRange>& bucket : dp->buckets) {
         dp->to_owners.push_back(messages(bucket, true));
         dp->from_owners.push_back(messages(bucket, false));
     }
-    dp->all_to_owners = messages({{0, num_parameters}}, true);
     dp->gathered.resize(dp->buckets.size());
     for (cudaEvent_t& event : dp->gathered) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
 }
@@ -3827,12 +3837,13 @@ static void dp_comm_waits(DataParallel* dp, cudaStream_t stream) { stream_waits(
 static void dp_join(DataParallel* dp) { stream_waits(0, g_comm.stream, dp->joined); }
 
 // Bucket k of grads moves to its owners once the streams queued so far have written it (the caller
-// has made g_comm.stream wait for them); earlier micro-steps' sum `earlier` (or nullptr) is first
-// added to it: the same additions, in the same order, as gpt2_end_micro_step's.
-static void dp_send_bucket(DataParallel* dp, size_t k, float* grads, const float* earlier) {
-    if (earlier != nullptr) {
+// has made g_comm.stream wait for them). grads holds the earlier micro-steps' sum, to which this
+// micro-step's gradients `latest` are first added (nullptr: the first micro-step wrote grads
+// itself): the same additions, in the same order, as gpt2_end_micro_step's.
+static void dp_send_bucket(DataParallel* dp, size_t k, float* grads, const float* latest) {
+    if (latest != nullptr) {
         for (ZeroRange r : dp->buckets[k]) {
-            add_inplace(grads + r.begin, earlier + r.begin, r.end - r.begin, g_comm.stream);
+            add_inplace(grads + r.begin, latest + r.begin, r.end - r.begin, g_comm.stream);
         }
     }
     comm_post(&g_comm, dp->to_owners[k], grads, dp->received);
@@ -4074,11 +4085,11 @@ static void validate_config(const ModelShape* c, const char* source) {
     }
 }
 
-// What the moves between ranks need (the buckets, the owners' slots), the ranks' shares of a step.
+// What the moves between ranks need (the owners' slots; dp_plan adds the messages once --overlap is
+// decided), the ranks' shares of a step.
 static void gpt2_allocate_comm(GPT2* model) {
     int world = g_comm.world;
-    dp_init(&model->dp, model->param_sizes, model->num_parameters, model->config.num_layers,
-            model->shard.chunks_per_rank);
+    dp_init(&model->dp, model->shard.chunks_per_rank);
     model->share_layout = StepShares{model->shard.num_chunks, model->shard.chunks_per_rank, world};
     size_t shares = world * model->share_layout.floats();
     model->step_shares = (float*)device_malloc(shares * sizeof(float), "step shares");
@@ -4320,7 +4331,7 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
     size_t BT = (size_t)B * T, btc = BT * C;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    dp_wait_bucket(&model->dp, L);
+    // the embeddings' bucket has arrived: dp_gather waited for it (wte's transpose reads it)
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, nullptr, B, T, C);
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * btc;
@@ -4359,7 +4370,7 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
              c->max_seq_len);
     }
     size_t BT = (size_t)B * T;
-    cudaCheck(cudaEventSynchronize(model->upload_done));  // the staging area is free again
+    comm_wait(&g_comm, model->upload_done);  // the staging area is free (polled: it may follow a step's moves)
     upload(model, model->inputs, inputs, BT, 0);
     if (targets != nullptr) { upload(model, model->targets, targets, BT, BT); }
     if (with_grads) {
@@ -5129,7 +5140,7 @@ struct Run {
     RunLog log;          // rank 0's main.log and TensorBoard events (other ranks: none)
     int start_step;
     int micro_steps;     // this rank's micro-steps per optimizer step
-    OverlapChoice overlap;  // --overlap's decision (model.dp.overlap) and why
+    std::string overlap_why;  // --overlap's decision (model.dp.overlap) and why, for the configuration table
     int64_t val_rows;    // validation rows, split over the ranks (validation_loss)
     float peak_tflops;   // one GPU's, for MFU
     double flops_per_step;
@@ -5190,7 +5201,7 @@ static std::string run_config_table(const Run* run, int val_B) {
               g_comm.world, g_comm.world > 1 ? "s" : "");
     table_row(&table, "GPUs", "%d (%s)", g_comm.world,
               g_comm.world > 1 ? "NCCL, ZeRO-1 optimizer shards" : "one process");
-    table_row(&table, "overlap", "%s", run->overlap.why.c_str());
+    table_row(&table, "overlap", "%s", run->overlap_why.c_str());
     table_row(&table, "batch per GPU", "B=%d T=%d x %d micro-steps", r->B, r->T, run->micro_steps);
     table_row(&table, "batch", "%d micro-batches = %lld tokens per step", r->micro_batches,
               (long long)args->total_batch_tokens);
@@ -5251,23 +5262,42 @@ static int run_init_data(Run* run) {
     return val_B;
 }
 
-// --overlap's decision (llmc/overlap.h), the same on every rank: the link is what NCCL will take
-// between the ranks' GPUs (a single visible GPU cannot tell peer access: NCCL finds it, so peer).
-static void run_choose_overlap(Run* run) {
-    int device, devices;
+// Whether this rank's GPU reaches the memory of the GPUs of the run's other ranks on its host
+// (places: every rank's). One this process cannot see counts as reached, as NCCL's p2pCanConnect
+// counts it (CUDA 10.1 and later reach invisible devices).
+static bool peer_access_on_host(const std::vector<GpuPlace>& places) {
+    const GpuPlace* mine = &places[g_comm.rank];
+    int device;
     cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaGetDeviceCount(&devices));
-    bool peer_access = true;
-    for (int other = 0; other < devices; other++) {
-        int can = 1;
-        if (other != device) { cudaCheck(cudaDeviceCanAccessPeer(&can, device, other)); }
-        peer_access = peer_access && can;
+    bool reached = true;
+    for (const GpuPlace& other : places) {
+        int other_device, can = 1;
+        if (other.host != mine->host || strcmp(other.bus_id, mine->bus_id) == 0) { continue; }
+        if (cudaDeviceGetByPCIBusId(&other_device, other.bus_id) == cudaSuccess) {
+            cudaCheck(cudaDeviceCanAccessPeer(&can, device, other_device));
+        } else {
+            (void)cudaGetLastError();  // not visible here (CUDA_VISIBLE_DEVICES): the error cleared
+        }
+        reached = reached && can;
     }
-    Link link = overlap_link(comm_hosts(&g_comm), peer_access, nccl_link_switches_from_environment(),
-                             rdma_device_present());
-    run->overlap = overlap_choose(run->args.overlap, g_comm.world, link);
-    comm_check_same(&g_comm, run->overlap.on, "the overlap decisions (--overlap)");
-    run->model.dp.overlap = run->overlap.on;
+    return reached;
+}
+
+// --overlap's decision (llmc/overlap.h), made once from every rank's view of the link (its GPU's
+// peer access to the run's other GPUs on its host, its NCCL switches, its RDMA devices), so the
+// same on every rank.
+static void run_choose_overlap(Run* run) {
+    std::vector<GpuPlace> places = comm_gpu_places(&g_comm);
+    LinkView mine = link_view(places[g_comm.rank].host, peer_access_on_host(places),
+                              nccl_link_switches_from_environment(), rdma_device_present());
+    std::vector<LinkView> views(g_comm.world);
+    comm_all_gather_to_host(&g_comm, &mine, views.data(), sizeof(mine), "the links the ranks see");
+    Link link = overlap_run_link(views.data(), g_comm.world);
+    OverlapChoice choice = overlap_choose(run->args.overlap, g_comm.world, link);
+    comm_check_same(&g_comm, choice.on, "the overlap decisions (--overlap)");
+    run->overlap_why = choice.why;
+    GPT2* model = &run->model;
+    dp_plan(&model->dp, choice.on, model->param_sizes, model->num_parameters, model->config.num_layers);
 }
 
 // Restores the checkpoint resumed from (nullptr: none), saying so in the console and main.log; a
@@ -5505,7 +5535,7 @@ static void run_periodic(Run* run, int step, bool last_step) {
     if (timed) {
         float ms;
         cudaCheck(cudaEventRecord(run->periodic_marks[1]));
-        cudaCheck(cudaEventSynchronize(run->periodic_marks[1]));
+        comm_wait(&g_comm, run->periodic_marks[1]);
         cudaCheck(cudaEventElapsedTime(&ms, run->periodic_marks[0], run->periodic_marks[1]));
         run->periodic_ms += ms;
     }

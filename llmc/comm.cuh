@@ -23,7 +23,8 @@
 
 struct Comm {
     int rank, world, local_rank;
-    cudaStream_t stream;  // where the collectives and the gradient buckets' work run (nullptr: the main stream)
+    cudaStream_t stream;  // comm_init's, non-blocking: the collectives, the work queued between them (the
+                          // gradients' additions and ordered sums), comm_all_gather_to_host's copies
 #ifdef USE_NCCL
     ncclComm_t nccl;
 #endif
@@ -93,13 +94,15 @@ static bool comm_available() {
 #endif
 }
 
-// Waits for `event` like cudaEventSynchronize; with several ranks it polls, so that an NCCL
-// error (a peer gone, a network failure) aborts the communicator with an error, never a hang.
-static void comm_wait(const Comm* comm, cudaEvent_t event) {
+// A wait for the GPU that may wait for NCCL (comm_wait, comm_sync): with several ranks it polls
+// query() (cudaEventQuery, cudaStreamQuery) until it is no longer cudaErrorNotReady, so that an
+// NCCL error (a peer gone, a network failure) aborts the communicator with one line, never a hang;
+// a dead peer of a TCP rendezvous ends this process from the liveness watcher's thread. The
+// caller's synchronize then returns at once.
+template <typename Query>
+static void comm_poll(const Comm* comm, Query query) {
 #ifdef USE_NCCL
-    while (comm->world > 1) {
-        cudaError_t status = cudaEventQuery(event);
-        if (status != cudaErrorNotReady) { break; }
+    while (comm->world > 1 && query() == cudaErrorNotReady) {
         ncclResult_t async_error;
         ncclCheck(ncclCommGetAsyncError(comm->nccl, &async_error));
         if (async_error != ncclSuccess && async_error != ncclInProgress) {
@@ -109,8 +112,21 @@ static void comm_wait(const Comm* comm, cudaEvent_t event) {
         struct timespec pause = {0, 50000};
         nanosleep(&pause, nullptr);
     }
+#else
+    (void)comm, (void)query;
 #endif
+}
+
+// Waits for `event` like cudaEventSynchronize (comm_poll).
+static void comm_wait(const Comm* comm, cudaEvent_t event) {
+    comm_poll(comm, [&] { return cudaEventQuery(event); });
     if (cudaEventSynchronize(event) != cudaSuccess) { fail("rank %d: the GPU failed while waiting", comm->rank); }
+}
+
+// Waits for the work queued on comm->stream (comm_poll); false if it failed.
+static bool comm_sync(const Comm* comm) {
+    comm_poll(comm, [&] { return cudaStreamQuery(comm->stream); });
+    return cudaStreamSynchronize(comm->stream) == cudaSuccess;
 }
 
 // The stream `waiter` waits for the work queued so far on `stream` (through `event`).
@@ -171,38 +187,48 @@ static void comm_gather_slices(const Comm* comm, const float* slice, size_t num_
                 ncclCheck(ncclSend(slice + (begin - theirs.begin), count, ncclFloat, 0, comm->nccl, comm->stream));
             } else if (comm->rank == 0) {
                 ncclCheck(ncclRecv(buffer, count, ncclFloat, r, comm->nccl, comm->stream));
-                if (cudaStreamSynchronize(comm->stream) != cudaSuccess ||
+                if (!comm_sync(comm) ||
                     cudaMemcpy(host + begin, buffer, count * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
                     fail("cannot gather the optimizer state from rank %d", r);
                 }
             }
         }
     }
-    if (comm->world > 1 && cudaStreamSynchronize(comm->stream) != cudaSuccess) { fail("cannot gather the optimizer state"); }
+    if (comm->world > 1 && !comm_sync(comm)) { fail("cannot gather the optimizer state"); }
 #else
     (void)buffer, (void)buffer_floats;
 #endif
 }
 
-#ifdef USE_NCCL
 // Every rank's `bytes` at `mine` to every rank's host, rank r's at all + r * bytes: an all-gather
 // through comm's device buffer (grown when too small, so that repeated calls do not free device
 // memory, which synchronises the GPU), waited for; `what` names it in the error.
 static void comm_all_gather_to_host(Comm* comm, const void* mine, void* all, size_t bytes, const char* what) {
+    if (comm->world == 1) {
+        memcpy(all, mine, bytes);
+        return;
+    }
+#ifdef USE_NCCL
     size_t total = bytes * comm->world;
     if (total > comm->gather_bytes) {
         device_free(comm->gather_buffer);
         comm->gather_buffer = (char*)device_malloc(total, what);
         comm->gather_bytes = total;
     }
-    char* device = comm->gather_buffer;
-    bool ok = cudaMemcpy(device + comm->rank * bytes, mine, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
-    ncclCheck(ncclAllGather(device + comm->rank * bytes, device, bytes, ncclChar, comm->nccl, comm->stream));
-    ok = ok && cudaStreamSynchronize(comm->stream) == cudaSuccess &&
-         cudaMemcpy(all, device, total, cudaMemcpyDeviceToHost) == cudaSuccess;
+    // every copy on the collective's stream, so that NCCL reads this call's value (pageable host
+    // memory: the upload has left `mine` when the call returns); each copy, which may block the
+    // host, once the stream's earlier work is done
+    char* gathered = comm->gather_buffer;
+    char* own = gathered + comm->rank * bytes;
+    bool ok = comm_sync(comm) && cudaMemcpyAsync(own, mine, bytes, cudaMemcpyHostToDevice, comm->stream) == cudaSuccess;
+    ncclCheck(ncclAllGather(own, gathered, bytes, ncclChar, comm->nccl, comm->stream));
+    ok = ok && comm_sync(comm) &&
+         cudaMemcpyAsync(all, gathered, total, cudaMemcpyDeviceToHost, comm->stream) == cudaSuccess && comm_sync(comm);
     if (!ok) { fail("rank %d: cannot share %s with the other ranks", comm->rank, what); }
-}
+#else
+    (void)what;
 #endif
+}
 
 // values (n doubles, the same positions on every rank, each written by at most one rank and 0
 // on the others) become the sum over the ranks in rank order on every rank: exact, since all but
@@ -244,18 +270,26 @@ static void comm_check_same(Comm* comm, uint64_t value, const char* what) {
 #endif
 }
 
-// The number of hosts the ranks run on (by host name).
-static int comm_hosts(Comm* comm) {
-    if (comm->world == 1) { return 1; }
+// Where a rank's GPU is, as every rank can name it.
+struct GpuPlace {
+    uint64_t host;     // a hash of its host's name
+    char bus_id[32];   // its PCI bus id (cudaDeviceGetPCIBusId)
+};
+
+// Every rank's GpuPlace, rank r's at [r] (this process's GPU chosen).
+static std::vector<GpuPlace> comm_gpu_places(Comm* comm) {
+    GpuPlace mine = {};
     char name[256] = {};
     gethostname(name, sizeof(name) - 1);
-    uint64_t hash = fnv1a_bytes(FNV1A_OFFSET, name, strlen(name));
-    std::vector<uint64_t> hashes(comm->world, hash);
-#ifdef USE_NCCL
-    comm_all_gather_to_host(comm, &hash, hashes.data(), sizeof(hash), "host names");
-#endif
-    std::sort(hashes.begin(), hashes.end());
-    return (int)(std::unique(hashes.begin(), hashes.end()) - hashes.begin());
+    mine.host = fnv1a_bytes(FNV1A_OFFSET, name, strlen(name));
+    int device;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(mine.bus_id, sizeof(mine.bus_id) - 1, device) != cudaSuccess) {
+        fail("rank %d: cannot read its GPU's PCI bus id", comm->rank);
+    }
+    std::vector<GpuPlace> places(comm->world);
+    comm_all_gather_to_host(comm, &mine, places.data(), sizeof(mine), "the GPUs' places");
+    return places;
 }
 
 // A normal end: the peers are told this rank finished, then the communicator is released.

@@ -1,7 +1,8 @@
 // ZeRO-1 arithmetic for data-parallel training: which rank owns which parameters, the chunks of
 // the gradient norm, the buckets the gradients can move in and each rank's messages, where an
-// owner receives the other ranks' gradients, the rank-ordered sum that makes N GPUs bit-identical
-// to N micro-steps on one, and the split of a total batch into micro-steps. Offsets only: no GPU.
+// owner receives the other ranks' gradients (for the trainer's rank-ordered sum, which makes N
+// GPUs bit-identical to N micro-steps on one), and the split of a total batch into micro-steps.
+// Offsets only: no GPU.
 //
 // The flat parameter vector (P floats, the model file's order) is cut into chunks of ZERO_CHUNK
 // floats; rank r owns the contiguous chunks [r*cpr, (r+1)*cpr) where cpr = ceil(chunks / world),
@@ -44,11 +45,6 @@ static inline ZeroShard zero_shard(size_t num_parameters, int rank, int world) {
 static inline int64_t zero_micro_batches(int64_t total_tokens, int64_t micro_tokens, int world) {
     if (total_tokens <= 0 || micro_tokens <= 0 || world <= 0 || total_tokens % (micro_tokens * world) != 0) { return 0; }
     return total_tokens / micro_tokens;
-}
-
-// The owner of parameter i.
-static inline int zero_owner(size_t i, size_t num_parameters, int world) {
-    return (int)(i / ZERO_CHUNK / zero_shard(num_parameters, 0, world).chunks_per_rank);
 }
 
 #ifdef __CUDACC__
@@ -130,15 +126,4 @@ static inline std::vector<ZeroMessage> zero_messages(const std::vector<ZeroRange
         }
     }
     return messages;
-}
-
-// The owner sums the ranks' contributions in rank order, starting from rank 0's: exactly what one
-// GPU computes when it adds micro-step gradients g0 + g1 + ... in turn (the reference for the
-// kernel that does it on the GPU).
-static inline void zero_ordered_sum(float* out, const float* const* contributions, int world, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        float sum = contributions[0][i];
-        for (int r = 1; r < world; r++) { sum += contributions[r][i]; }
-        out[i] = sum;
-    }
 }

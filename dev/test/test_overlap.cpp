@@ -1,11 +1,13 @@
 // CPU tests of llmc/overlap.h: the link a run sees (NCCL's switches, hosts, peer access, an RDMA
-// device) and the rule of --overlap auto, with what the configuration table says about it.
+// device), the run's link from every rank's view, and the rule of --overlap auto, with what the
+// configuration table says about it.
 #include "dev/test/testing.h"
 #include "llmc/overlap.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 static const NcclLinkSwitches NONE = {nullptr, nullptr, nullptr, nullptr};
@@ -48,6 +50,37 @@ TEST(rdma_device_from_a_folder) {
     CHECK(rdma_device_present(dir));
     CHECK(rmdir(device.c_str()) == 0 && rmdir(dir) == 0);
     CHECK(!rdma_device_present(dir));  // missing
+}
+
+// Two hosts' hashes, and views of the link that see it as it is and as it is with sockets only.
+static const uint64_t HOST_A = 0x1111, HOST_B = 0x2222;
+static LinkView peer_view(uint64_t host) { return link_view(host, true, NONE, true); }
+static LinkView sockets_view(uint64_t host) { return link_view(host, false, switches("1", "1", "1"), true); }
+
+TEST(run_link_on_one_host_or_several_from_the_views_hosts) {
+    LinkView one_host[2] = {peer_view(HOST_A), peer_view(HOST_A)};
+    CHECK(overlap_run_link(one_host, 2) == LINK_PEER);
+    LinkView two_hosts[4] = {peer_view(HOST_A), peer_view(HOST_A), peer_view(HOST_B), peer_view(HOST_B)};
+    CHECK(overlap_run_link(two_hosts, 4) == LINK_RDMA);  // each rank's network view, not its peers
+    CHECK(overlap_run_link(two_hosts, 1) == LINK_PEER);  // one rank: its own host
+}
+
+TEST(run_link_is_the_least_capable_any_rank_sees) {
+    LinkView no_peer[3] = {peer_view(HOST_A), link_view(HOST_A, false, NONE, false), peer_view(HOST_A)};
+    CHECK(overlap_run_link(no_peer, 3) == LINK_HOST_MEMORY);
+    LinkView one_without_rdma[2] = {peer_view(HOST_A), link_view(HOST_B, true, NONE, false)};
+    CHECK(overlap_run_link(one_without_rdma, 2) == LINK_SOCKETS);  // hosts that differ in /sys/class/infiniband
+    LinkView switched[2] = {sockets_view(HOST_A), peer_view(HOST_A)};
+    CHECK(overlap_run_link(switched, 2) == LINK_SOCKETS);  // NCCL_* switches that differ between ranks
+}
+
+// Every rank combines the same gathered views, in any rank order, to the same link.
+TEST(run_link_does_not_depend_on_the_ranks_order) {
+    LinkView views[4] = {peer_view(HOST_A), sockets_view(HOST_B), link_view(HOST_A, false, NONE, false),
+                         peer_view(HOST_B)};
+    Link first = overlap_run_link(views, 4);
+    std::sort(views, views + 4, [](const LinkView& a, const LinkView& b) { return a.several_hosts > b.several_hosts; });
+    CHECK(overlap_run_link(views, 4) == first && first == LINK_SOCKETS);
 }
 
 TEST(one_gpu_never_overlaps) {
