@@ -3096,7 +3096,10 @@ struct FlashBackward {
     const float *dout, *qkv, *out, *lse;
     int B, T, NH;
     // The dQ kernel (which also writes delta), then the dK/dV kernel that reads it, then the bias
-    // gradient from their partial sums.
+    // gradient from their partial sums (sum_bias).
+    void sum_bias(int hs, int rows_per_part) const {
+        column_sums(dbias, bias_partials, B * ceil_div(T, rows_per_part), 3 * NH * hs);
+    }
     template <AttentionKind KIND, int HS, bool SPLIT, int KEYS>
     void run_dq() const {
         static bool configured = false;
@@ -3123,7 +3126,7 @@ struct FlashBackward {
             FlashFp32Backward launch = {.dqkv_t = dqkv_t, .bias_partials = bias_partials, .delta = delta,
                                         .dout = dout, .qkv = qkv, .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
             launch.run<KIND, HS>();
-            column_sums(dbias, bias_partials, B * ceil_div(T, FP32_PARTIAL_ROWS), 3 * NH * HS);
+            sum_bias(HS, FP32_PARTIAL_ROWS);
             return;
         }
         if (plan.dq_keys == FLASH_DQ_KEYS) { run_dq<KIND, HS, SPLIT, FLASH_DQ_KEYS>(); }
@@ -3131,7 +3134,7 @@ struct FlashBackward {
         constexpr int QUERIES = flash_dkdv_queries(HS, SPLIT);
         if (plan.dkdv_queries == QUERIES) { run_dkdv<KIND, HS, SPLIT, QUERIES>(); }
         else { run_dkdv<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
-        column_sums(dbias, bias_partials, B * ceil_div(T, FLASH_ROWS), 3 * NH * HS);
+        sum_bias(HS, FLASH_ROWS);
     }
 };
 

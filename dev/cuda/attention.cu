@@ -370,6 +370,7 @@ struct FlashBackwardWgmmaDq {
             cudaCheck(cudaGetLastError());
         }
         trainer.run_dkdv<KIND, HS, SPLIT, flash_dkdv_queries(HS, SPLIT)>();
+        trainer.sum_bias(HS, FLASH_ROWS);
     }
 };
 
@@ -528,6 +529,7 @@ struct FlashBackwardWgmmaDkdv {
                 t.dqkv_t, t.bias_partials, t.dout, t.qkv, t.lse, t.delta, t.T, t.NH);
             cudaCheck(cudaGetLastError());
         }
+        trainer.sum_bias(HS, FLASH_ROWS);
     }
 };
 
@@ -1044,6 +1046,7 @@ struct FlashBackwardFused {
             flash_backward_fused_kernel<KIND, HS><<<grid, FLASH_THREADS, shared>>>(
                 t.dqkv_t, t.bias_partials, counters, t.dout, t.qkv, t.lse, t.delta, t.B, t.T, t.NH);
             cudaCheck(cudaGetLastError());
+            t.sum_bias(HS, FLASH_ROWS);
         }
     }
 };
@@ -1211,6 +1214,7 @@ struct FlashBackwardDsMemory {
             flash_backward_dq_from_ds_kernel<HS><<<grid, FLASH_THREADS, dq_shared>>>(t.dqkv_t, t.bias_partials, ds,
                                                                                     t.qkv, t.T, t.NH);
             cudaCheck(cudaGetLastError());
+            t.sum_bias(HS, FLASH_ROWS);
         }
     }
 };
@@ -1274,9 +1278,9 @@ static void run_forward(Buffers* d, AttentionKind kind, int variant) {
     }
 }
 
-// A lab launcher (the trainer's FlashBackward with one of its kernels replaced), then the qkv bias
-// gradient from the partials, as flash_attention_backward does. Variants 5, 6, 8 and 9 are tensor-core
-// kernels: set as the other runners set it, whichever variant ran before (10 clears it).
+// A lab launcher (the trainer's FlashBackward with one of its kernels replaced; each sums the qkv
+// bias gradient from its partials itself, as the trainer's does). Variants 5, 6, 8 and 9 are
+// tensor-core kernels: set as the other runners set it, whichever variant ran before (10 clears it).
 template <typename Launch>
 static void run_lab_backward(Buffers* d, AttentionKind kind, const char* what) {
     Shape s = d->shape;
@@ -1284,7 +1288,6 @@ static void run_lab_backward(Buffers* d, AttentionKind kind, const char* what) {
     g_wgmma = true;
     Launch launch = {{d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
     flash_dispatch(launch, s.hs, kind, false, what);
-    column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
 }
 
 static void run_backward(Buffers* d, AttentionKind kind, int variant) {
