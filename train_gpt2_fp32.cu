@@ -127,7 +127,8 @@ static bool g_pdl;  // the running code was built for 9.0 or newer (pdl_wait is 
 // mma.sync, cp.async); g_wgmma: it is the sm_90a code (Hopper's warpgroup MMA for the flash forward).
 static bool g_tf32_cores, g_wgmma;
 // A block's shared memory on this device (its opt-in limit), or less under the test switch
-// GPT2_TEST_SHARED_KB (to run, on this GPU, the plans of GPUs with less: flash_plan).
+// GPT2_TEST_SHARED_KB (to run, on this GPU, the plans of GPUs with less: flash_plan; at least
+// SHARED_LIMIT_LEAST_KB).
 static size_t g_shared_limit;
 
 __global__ void built_code_probe_kernel(int* built) {
@@ -3033,17 +3034,45 @@ struct FlashPlan {
     int dq_keys, dkdv_queries;
 };
 
+// The least shared memory a block has as the plans see it (g_shared_limit), in KB: every GPU gives
+// 48 or more, and GPT2_TEST_SHARED_KB may cap it no lower than the FP32-core kernels take at any head
+// size (they read no limit, so a lower cap would not hold): 44 (43.25, dK/dV at hs 64).
+constexpr int fp32_most_shared_floats() {
+    int most = 0;
+    for (int hs : MODEL_HEAD_SIZES) {
+        most = std::max({most, fp32_forward_shared_floats(hs), fp32_dq_shared_floats(hs), fp32_dkdv_shared_floats(hs)});
+    }
+    return most;
+}
+constexpr int SHARED_LIMIT_LEAST_KB = (fp32_most_shared_floats() * (int)sizeof(float) + 1023) / 1024;
+
+// Whether a tile of FLASH_SMALL_TILE rows (small bytes, against preferred's) is ever chosen at head
+// size hs: at some limit from SHARED_LIMIT_LEAST_KB up the forward's tiles and the small one fit and
+// the preferred one does not. Only those are instantiated (hs 128's dQ and dK/dV, hs 64's dK/dV in TF32).
+constexpr bool flash_small_tile_chosen(int hs, size_t preferred, size_t small) {
+    return std::max({(size_t)SHARED_LIMIT_LEAST_KB * 1024, flash_forward_shared(hs), small}) < preferred;
+}
+constexpr bool flash_small_dq_chosen(int hs) {
+    return flash_small_tile_chosen(hs, flash_dq_shared(hs, FLASH_DQ_KEYS), flash_dq_shared(hs, FLASH_SMALL_TILE));
+}
+constexpr bool flash_small_dkdv_chosen(int hs, bool split) {
+    return flash_small_tile_chosen(hs, flash_dkdv_shared(hs, flash_dkdv_queries(hs, split)),
+                                   flash_dkdv_shared(hs, FLASH_SMALL_TILE));
+}
+
 // Decided at each launch, not cached: a few comparisons beside a launch's microseconds, met only
 // at eager launches (a step replays from its CUDA graph after the first), and the lab changes
 // g_tf32_cores between its variants.
 static FlashPlan flash_plan(int hs, bool split) {
     auto fits = [](size_t bytes) { return bytes <= g_shared_limit; };
-    auto tile = [&](int preferred, size_t (*bytes)(int, int)) {
-        return fits(bytes(hs, preferred)) ? preferred : fits(bytes(hs, FLASH_SMALL_TILE)) ? FLASH_SMALL_TILE : 0;
+    auto tile = [&](int preferred, bool small_chosen, size_t (*bytes)(int, int)) {
+        if (fits(bytes(hs, preferred))) { return preferred; }
+        return small_chosen && fits(bytes(hs, FLASH_SMALL_TILE)) ? FLASH_SMALL_TILE : 0;
     };
     FlashPlan plan = {};
-    plan.dq_keys = tile(FLASH_DQ_KEYS, [](int h, int keys) { return flash_dq_shared(h, keys); });
-    plan.dkdv_queries = tile(flash_dkdv_queries(hs, split), [](int h, int queries) { return flash_dkdv_shared(h, queries); });
+    plan.dq_keys = tile(FLASH_DQ_KEYS, flash_small_dq_chosen(hs), [](int h, int keys) { return flash_dq_shared(h, keys); });
+    plan.dkdv_queries = tile(flash_dkdv_queries(hs, split), flash_small_dkdv_chosen(hs, split),
+                             [](int h, int queries) { return flash_dkdv_shared(h, queries); });
     plan.tensor_cores = g_tf32_cores && fits(flash_forward_shared(hs)) && plan.dq_keys > 0 && plan.dkdv_queries > 0;
     plan.wgmma = plan.tensor_cores && g_wgmma && !split && fits(flash_wgmma_shared(hs));
     return plan;
@@ -3130,10 +3159,10 @@ struct FlashBackward {
             return;
         }
         if (plan.dq_keys == FLASH_DQ_KEYS) { run_dq<KIND, HS, SPLIT, FLASH_DQ_KEYS>(); }
-        else { run_dq<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
+        else if constexpr (flash_small_dq_chosen(HS)) { run_dq<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
         constexpr int QUERIES = flash_dkdv_queries(HS, SPLIT);
         if (plan.dkdv_queries == QUERIES) { run_dkdv<KIND, HS, SPLIT, QUERIES>(); }
-        else { run_dkdv<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
+        else if constexpr (flash_small_dkdv_chosen(HS, SPLIT)) { run_dkdv<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
         sum_bias(HS, FLASH_ROWS);
     }
 };
@@ -4840,7 +4869,7 @@ static bool cuda_setup(int precision, int local_rank = 0) {
     g_pdl = built_arch >= 900;  // a compute_80 build on a Hopper or Blackwell must not overlap kernels it cannot order
     g_tf32_cores = built_arch >= 800;
     g_shared_limit = prop.sharedMemPerBlockOptin;
-    int cap_kb = env_int("GPT2_TEST_SHARED_KB", 16, 1024, 0);
+    int cap_kb = env_int("GPT2_TEST_SHARED_KB", SHARED_LIMIT_LEAST_KB, 1024, 0);
     if (cap_kb > 0) { g_shared_limit = std::min(g_shared_limit, (size_t)cap_kb * 1024); }
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
     g_precision = g_tf32_cores ? (MatmulPrecision)precision : MATMUL_FP32;
