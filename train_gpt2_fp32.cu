@@ -1481,17 +1481,15 @@ __device__ __forceinline__ float tf32_round_for_mma(float x) { return __uint_as_
 template <bool SPLIT>
 __device__ __forceinline__ float tf32_operand(float x) { return SPLIT ? x : tf32_round_for_mma(x); }
 
-// TF32 mma.sync is sm_80's: code built for an older GPU never runs it (the launchers choose another path).
+// TF32 mma.sync and cp.async are sm_80's: the kernels that use them compile their bodies for 8.0 or
+// newer only (#if __CUDA_ARCH__ >= 800), as code built for an older GPU never runs them (the launchers
+// choose the FP32-core kernels there).
 __device__ __forceinline__ void mma_m16n8k8(float d[4], const float a[4], const float b[2]) {
-#if __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
           "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
-#else
-    __trap();
-#endif
 }
 
 // d += a * b; SPLIT: ~fp32 accuracy from three TF32 products, the small terms first.
@@ -1515,36 +1513,19 @@ __device__ __forceinline__ void mma_tf32(float d[4], const float a[4], const flo
     }
 }
 
-// 16 bytes global -> shared, bypassing L1; zero-filled when !valid. cp.async is sm_80's: built for an
-// older GPU, the copies are plain loads and stores, done when they return (commit and wait: no-ops).
+// 16 bytes global -> shared, bypassing L1; zero-filled when !valid.
 __device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
-#if __CUDA_ARCH__ >= 800
     uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst_shared), "l"(src), "r"(valid ? 16 : 0));
-#else
-    *(float4*)dst = valid ? __ldcg((const float4*)src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#endif
 }
 
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
-#if __CUDA_ARCH__ >= 800
     uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst_shared), "l"(src), "r"(valid ? 4 : 0));
-#else
-    *dst = valid ? *src : 0.0f;
-#endif
 }
 
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // ----------------------------------------------------------------------------------------------
 // Shared-memory tiles and fragments
@@ -1854,6 +1835,7 @@ __device__ void online_softmax(float s[N / 8][4], float row_max[2], float row_su
 template <AttentionKind KIND, int HS, bool SPLIT>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SPLIT)) flash_forward_kernel(
     float* out, float* lse, const float* qkv, int T, int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int KEYS = flash_forward_keys(HS), TILE = KEYS * HS;
     extern __shared__ float smem[];  // two stages of {K tile, V tile}, KEYS x HS each
     cg::thread_block block = cg::this_thread_block();
@@ -1921,6 +1903,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
         for (int i = 0; i < 4; i++) { row_scale[i] = 1.0f / (warp_query0 + transposed_row(i, q) + 1); }
     }
     store_transposed<HS>(out + b * T * C + h * HS, C, o, row_scale, warp_query0, T, g, q);
+#endif
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -2196,6 +2179,7 @@ template <AttentionKind KIND, int HS, bool SPLIT, int KEYS>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT)) flash_backward_dq_kernel(
     float* dqkv_t, float* bias_partials, float* delta, const float* dout, const float* qkv, const float* out,
     const float* lse, int T, int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int TILE = KEYS * HS;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of {K tile, V tile}, then (!HOLD) the Q and dO tiles
@@ -2259,6 +2243,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
     float* partials = bias_partials + (b * gridDim.y + query0 / FLASH_ROWS) * row_stride + h * HS;
     store_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, dq, row_scale, query0, warp_row, T, partials, smem, g,
                       q);
+#endif
 }
 
 // One stage of the dK/dV kernel: queries [query0, query0 + QUERIES) as Q and dO tiles plus per-query
@@ -2319,6 +2304,7 @@ template <AttentionKind KIND, int HS, bool SPLIT, int QUERIES>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT)) flash_backward_dkdv_kernel(
     float* dqkv_t, float* bias_partials, const float* dout, const float* qkv, const float* lse, const float* delta,
     int T, int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of load_query_stage, then (!HOLD) the K and V tiles
@@ -2372,6 +2358,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT
     float* partials = bias_partials + (b * gridDim.y + blockIdx.y) * row_stride + C + h * HS;
     store_columns<HS>(dk_t, tokens, dk, dk_scale, key0, warp_row, T, partials, smem, g, q);
     store_columns<HS>(dk_t + C * tokens, tokens, dv, dv_scale, key0, warp_row, T, partials + C, smem, g, q);
+#endif
 }
 
 // ----------------------------------------------------------------------------------------------

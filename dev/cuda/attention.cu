@@ -1084,6 +1084,7 @@ template <AttentionKind KIND, int HS>
 __global__ void __launch_bounds__(FLASH_THREADS, 2)
     flash_backward_dkdv_ds_kernel(float* dqkv_t, float* bias_partials, float* ds, const float* dout,
                                   const float* qkv, const float* lse, const float* delta, int T, int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int QUERIES = FLASH_ROWS, TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
     extern __shared__ float smem[];  // two stages of load_query_stage
     cg::thread_block block = cg::this_thread_block();
@@ -1134,6 +1135,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 2)
     float* partials = bias_partials + (b * gridDim.y + blockIdx.y) * row_stride + C + h * HS;
     store_columns<HS>(dk_t, tokens, dk, dk_scale, key0, warp_row, T, partials, smem, g, q);
     store_columns<HS>(dk_t + C * tokens, tokens, dv, dv_scale, key0, warp_row, T, partials + C, smem, g, q);
+#endif
 }
 
 // Starts copying key block j's dS^T block (rows padded to DS_STRIDE) and K tile into a stage.
@@ -1152,6 +1154,7 @@ template <int HS>
 __global__ void __launch_bounds__(FLASH_THREADS, 3)
     flash_backward_dq_from_ds_kernel(float* dqkv_t, float* bias_partials, const float* ds, const float* qkv, int T,
                                      int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int STAGE = FLASH_ROWS * DS_STRIDE + FLASH_ROWS * HS;
     extern __shared__ float smem[];  // two stages of load_ds_stage
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
@@ -1186,6 +1189,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 3)
     float* partials = bias_partials + (b * gridDim.y + query_block) * row_stride + h * HS;
     store_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, dq, row_scale, query0, warp_row, T, partials, smem,
                       g, q);
+#endif
 }
 
 // The trainer's backward launcher with variant 9's kernels for hs <= 64 in TF32 mode.
