@@ -127,7 +127,8 @@ static bool g_pdl;  // the running code was built for 9.0 or newer (pdl_wait is 
 // mma.sync, cp.async); g_wgmma: it is the sm_90a code (Hopper's warpgroup MMA for the flash forward).
 static bool g_tf32_cores, g_wgmma;
 // A block's shared memory on this device (its opt-in limit), or less under the test switch
-// GPT2_TEST_SHARED_KB (to run, on this GPU, the plans of GPUs with less: flash_plan).
+// GPT2_TEST_SHARED_KB (to run, on this GPU, the plans of GPUs with less: flash_plan; at least
+// SHARED_LIMIT_LEAST_KB).
 static size_t g_shared_limit;
 
 __global__ void built_code_probe_kernel(int* built) {
@@ -1480,17 +1481,15 @@ __device__ __forceinline__ float tf32_round_for_mma(float x) { return __uint_as_
 template <bool SPLIT>
 __device__ __forceinline__ float tf32_operand(float x) { return SPLIT ? x : tf32_round_for_mma(x); }
 
-// TF32 mma.sync is sm_80's: code built for an older GPU never runs it (the launchers choose another path).
+// TF32 mma.sync and cp.async are sm_80's: the kernels that use them compile their bodies for 8.0 or
+// newer only (#if __CUDA_ARCH__ >= 800), as code built for an older GPU never runs them (the launchers
+// choose the FP32-core kernels there).
 __device__ __forceinline__ void mma_m16n8k8(float d[4], const float a[4], const float b[2]) {
-#if __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
           "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
-#else
-    __trap();
-#endif
 }
 
 // d += a * b; SPLIT: ~fp32 accuracy from three TF32 products, the small terms first.
@@ -1514,36 +1513,19 @@ __device__ __forceinline__ void mma_tf32(float d[4], const float a[4], const flo
     }
 }
 
-// 16 bytes global -> shared, bypassing L1; zero-filled when !valid. cp.async is sm_80's: built for an
-// older GPU, the copies are plain loads and stores, done when they return (commit and wait: no-ops).
+// 16 bytes global -> shared, bypassing L1; zero-filled when !valid.
 __device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
-#if __CUDA_ARCH__ >= 800
     uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst_shared), "l"(src), "r"(valid ? 16 : 0));
-#else
-    *(float4*)dst = valid ? __ldcg((const float4*)src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#endif
 }
 
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
-#if __CUDA_ARCH__ >= 800
     uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst_shared), "l"(src), "r"(valid ? 4 : 0));
-#else
-    *dst = valid ? *src : 0.0f;
-#endif
 }
 
-__device__ __forceinline__ void cp_async_commit() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // ----------------------------------------------------------------------------------------------
 // Shared-memory tiles and fragments
@@ -1853,6 +1835,7 @@ __device__ void online_softmax(float s[N / 8][4], float row_max[2], float row_su
 template <AttentionKind KIND, int HS, bool SPLIT>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SPLIT)) flash_forward_kernel(
     float* out, float* lse, const float* qkv, int T, int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int KEYS = flash_forward_keys(HS), TILE = KEYS * HS;
     extern __shared__ float smem[];  // two stages of {K tile, V tile}, KEYS x HS each
     cg::thread_block block = cg::this_thread_block();
@@ -1920,6 +1903,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
         for (int i = 0; i < 4; i++) { row_scale[i] = 1.0f / (warp_query0 + transposed_row(i, q) + 1); }
     }
     store_transposed<HS>(out + b * T * C + h * HS, C, o, row_scale, warp_query0, T, g, q);
+#endif
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -2195,6 +2179,7 @@ template <AttentionKind KIND, int HS, bool SPLIT, int KEYS>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT)) flash_backward_dq_kernel(
     float* dqkv_t, float* bias_partials, float* delta, const float* dout, const float* qkv, const float* out,
     const float* lse, int T, int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int TILE = KEYS * HS;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of {K tile, V tile}, then (!HOLD) the Q and dO tiles
@@ -2258,6 +2243,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
     float* partials = bias_partials + (b * gridDim.y + query0 / FLASH_ROWS) * row_stride + h * HS;
     store_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, dq, row_scale, query0, warp_row, T, partials, smem, g,
                       q);
+#endif
 }
 
 // One stage of the dK/dV kernel: queries [query0, query0 + QUERIES) as Q and dO tiles plus per-query
@@ -2318,6 +2304,7 @@ template <AttentionKind KIND, int HS, bool SPLIT, int QUERIES>
 __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT)) flash_backward_dkdv_kernel(
     float* dqkv_t, float* bias_partials, const float* dout, const float* qkv, const float* lse, const float* delta,
     int T, int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
     constexpr bool HOLD = flash_holds_rows(HS);
     extern __shared__ float smem[];  // two stages of load_query_stage, then (!HOLD) the K and V tiles
@@ -2371,6 +2358,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dkdv_min_blocks(HS, SPLIT
     float* partials = bias_partials + (b * gridDim.y + blockIdx.y) * row_stride + C + h * HS;
     store_columns<HS>(dk_t, tokens, dk, dk_scale, key0, warp_row, T, partials, smem, g, q);
     store_columns<HS>(dk_t + C * tokens, tokens, dv, dv_scale, key0, warp_row, T, partials + C, smem, g, q);
+#endif
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -3033,17 +3021,45 @@ struct FlashPlan {
     int dq_keys, dkdv_queries;
 };
 
+// The least shared memory a block has as the plans see it (g_shared_limit), in KB: every GPU gives
+// 48 or more, and GPT2_TEST_SHARED_KB may cap it no lower than the FP32-core kernels take at any head
+// size (they read no limit, so a lower cap would not hold): 44 (43.25, dK/dV at hs 64).
+constexpr int fp32_most_shared_floats() {
+    int most = 0;
+    for (int hs : MODEL_HEAD_SIZES) {
+        most = std::max({most, fp32_forward_shared_floats(hs), fp32_dq_shared_floats(hs), fp32_dkdv_shared_floats(hs)});
+    }
+    return most;
+}
+constexpr int SHARED_LIMIT_LEAST_KB = (fp32_most_shared_floats() * (int)sizeof(float) + 1023) / 1024;
+
+// Whether a tile of FLASH_SMALL_TILE rows (small bytes, against preferred's) is ever chosen at head
+// size hs: at some limit from SHARED_LIMIT_LEAST_KB up the forward's tiles and the small one fit and
+// the preferred one does not. Only those are instantiated (hs 128's dQ and dK/dV, hs 64's dK/dV in TF32).
+constexpr bool flash_small_tile_chosen(int hs, size_t preferred, size_t small) {
+    return std::max({(size_t)SHARED_LIMIT_LEAST_KB * 1024, flash_forward_shared(hs), small}) < preferred;
+}
+constexpr bool flash_small_dq_chosen(int hs) {
+    return flash_small_tile_chosen(hs, flash_dq_shared(hs, FLASH_DQ_KEYS), flash_dq_shared(hs, FLASH_SMALL_TILE));
+}
+constexpr bool flash_small_dkdv_chosen(int hs, bool split) {
+    return flash_small_tile_chosen(hs, flash_dkdv_shared(hs, flash_dkdv_queries(hs, split)),
+                                   flash_dkdv_shared(hs, FLASH_SMALL_TILE));
+}
+
 // Decided at each launch, not cached: a few comparisons beside a launch's microseconds, met only
 // at eager launches (a step replays from its CUDA graph after the first), and the lab changes
 // g_tf32_cores between its variants.
 static FlashPlan flash_plan(int hs, bool split) {
     auto fits = [](size_t bytes) { return bytes <= g_shared_limit; };
-    auto tile = [&](int preferred, size_t (*bytes)(int, int)) {
-        return fits(bytes(hs, preferred)) ? preferred : fits(bytes(hs, FLASH_SMALL_TILE)) ? FLASH_SMALL_TILE : 0;
+    auto tile = [&](int preferred, bool small_chosen, size_t (*bytes)(int, int)) {
+        if (fits(bytes(hs, preferred))) { return preferred; }
+        return small_chosen && fits(bytes(hs, FLASH_SMALL_TILE)) ? FLASH_SMALL_TILE : 0;
     };
     FlashPlan plan = {};
-    plan.dq_keys = tile(FLASH_DQ_KEYS, [](int h, int keys) { return flash_dq_shared(h, keys); });
-    plan.dkdv_queries = tile(flash_dkdv_queries(hs, split), [](int h, int queries) { return flash_dkdv_shared(h, queries); });
+    plan.dq_keys = tile(FLASH_DQ_KEYS, flash_small_dq_chosen(hs), [](int h, int keys) { return flash_dq_shared(h, keys); });
+    plan.dkdv_queries = tile(flash_dkdv_queries(hs, split), flash_small_dkdv_chosen(hs, split),
+                             [](int h, int queries) { return flash_dkdv_shared(h, queries); });
     plan.tensor_cores = g_tf32_cores && fits(flash_forward_shared(hs)) && plan.dq_keys > 0 && plan.dkdv_queries > 0;
     plan.wgmma = plan.tensor_cores && g_wgmma && !split && fits(flash_wgmma_shared(hs));
     return plan;
@@ -3096,7 +3112,10 @@ struct FlashBackward {
     const float *dout, *qkv, *out, *lse;
     int B, T, NH;
     // The dQ kernel (which also writes delta), then the dK/dV kernel that reads it, then the bias
-    // gradient from their partial sums.
+    // gradient from their partial sums (sum_bias).
+    void sum_bias(int hs, int rows_per_part) const {
+        column_sums(dbias, bias_partials, B * ceil_div(T, rows_per_part), 3 * NH * hs);
+    }
     template <AttentionKind KIND, int HS, bool SPLIT, int KEYS>
     void run_dq() const {
         static bool configured = false;
@@ -3123,15 +3142,15 @@ struct FlashBackward {
             FlashFp32Backward launch = {.dqkv_t = dqkv_t, .bias_partials = bias_partials, .delta = delta,
                                         .dout = dout, .qkv = qkv, .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
             launch.run<KIND, HS>();
-            column_sums(dbias, bias_partials, B * ceil_div(T, FP32_PARTIAL_ROWS), 3 * NH * HS);
+            sum_bias(HS, FP32_PARTIAL_ROWS);
             return;
         }
         if (plan.dq_keys == FLASH_DQ_KEYS) { run_dq<KIND, HS, SPLIT, FLASH_DQ_KEYS>(); }
-        else { run_dq<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
+        else if constexpr (flash_small_dq_chosen(HS)) { run_dq<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
         constexpr int QUERIES = flash_dkdv_queries(HS, SPLIT);
         if (plan.dkdv_queries == QUERIES) { run_dkdv<KIND, HS, SPLIT, QUERIES>(); }
-        else { run_dkdv<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
-        column_sums(dbias, bias_partials, B * ceil_div(T, FLASH_ROWS), 3 * NH * HS);
+        else if constexpr (flash_small_dkdv_chosen(HS, SPLIT)) { run_dkdv<KIND, HS, SPLIT, FLASH_SMALL_TILE>(); }
+        sum_bias(HS, FLASH_ROWS);
     }
 };
 
@@ -4848,7 +4867,7 @@ static bool cuda_setup(int precision, int local_rank = 0) {
     g_pdl = built_arch >= 900;  // a compute_80 build on a Hopper or Blackwell must not overlap kernels it cannot order
     g_tf32_cores = built_arch >= 800;
     g_shared_limit = prop.sharedMemPerBlockOptin;
-    int cap_kb = env_int("GPT2_TEST_SHARED_KB", 16, 1024, 0);
+    int cap_kb = env_int("GPT2_TEST_SHARED_KB", SHARED_LIMIT_LEAST_KB, 1024, 0);
     if (cap_kb > 0) { g_shared_limit = std::min(g_shared_limit, (size_t)cap_kb * 1024); }
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
     g_precision = g_tf32_cores ? (MatmulPrecision)precision : MATMUL_FP32;

@@ -370,6 +370,7 @@ struct FlashBackwardWgmmaDq {
             cudaCheck(cudaGetLastError());
         }
         trainer.run_dkdv<KIND, HS, SPLIT, flash_dkdv_queries(HS, SPLIT)>();
+        trainer.sum_bias(HS, FLASH_ROWS);
     }
 };
 
@@ -528,6 +529,7 @@ struct FlashBackwardWgmmaDkdv {
                 t.dqkv_t, t.bias_partials, t.dout, t.qkv, t.lse, t.delta, t.T, t.NH);
             cudaCheck(cudaGetLastError());
         }
+        trainer.sum_bias(HS, FLASH_ROWS);
     }
 };
 
@@ -1044,6 +1046,7 @@ struct FlashBackwardFused {
             flash_backward_fused_kernel<KIND, HS><<<grid, FLASH_THREADS, shared>>>(
                 t.dqkv_t, t.bias_partials, counters, t.dout, t.qkv, t.lse, t.delta, t.B, t.T, t.NH);
             cudaCheck(cudaGetLastError());
+            t.sum_bias(HS, FLASH_ROWS);
         }
     }
 };
@@ -1081,6 +1084,7 @@ template <AttentionKind KIND, int HS>
 __global__ void __launch_bounds__(FLASH_THREADS, 2)
     flash_backward_dkdv_ds_kernel(float* dqkv_t, float* bias_partials, float* ds, const float* dout,
                                   const float* qkv, const float* lse, const float* delta, int T, int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int QUERIES = FLASH_ROWS, TILE = QUERIES * HS, STAGE = 2 * TILE + 2 * QUERIES;
     extern __shared__ float smem[];  // two stages of load_query_stage
     cg::thread_block block = cg::this_thread_block();
@@ -1131,6 +1135,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 2)
     float* partials = bias_partials + (b * gridDim.y + blockIdx.y) * row_stride + C + h * HS;
     store_columns<HS>(dk_t, tokens, dk, dk_scale, key0, warp_row, T, partials, smem, g, q);
     store_columns<HS>(dk_t + C * tokens, tokens, dv, dv_scale, key0, warp_row, T, partials + C, smem, g, q);
+#endif
 }
 
 // Starts copying key block j's dS^T block (rows padded to DS_STRIDE) and K tile into a stage.
@@ -1149,6 +1154,7 @@ template <int HS>
 __global__ void __launch_bounds__(FLASH_THREADS, 3)
     flash_backward_dq_from_ds_kernel(float* dqkv_t, float* bias_partials, const float* ds, const float* qkv, int T,
                                      int NH) {
+#if __CUDA_ARCH__ >= 800
     constexpr int STAGE = FLASH_ROWS * DS_STRIDE + FLASH_ROWS * HS;
     extern __shared__ float smem[];  // two stages of load_ds_stage
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
@@ -1183,6 +1189,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 3)
     float* partials = bias_partials + (b * gridDim.y + query_block) * row_stride + h * HS;
     store_columns<HS>(dqkv_t + h * HS * tokens + b * T, tokens, dq, row_scale, query0, warp_row, T, partials, smem,
                       g, q);
+#endif
 }
 
 // The trainer's backward launcher with variant 9's kernels for hs <= 64 in TF32 mode.
@@ -1211,6 +1218,7 @@ struct FlashBackwardDsMemory {
             flash_backward_dq_from_ds_kernel<HS><<<grid, FLASH_THREADS, dq_shared>>>(t.dqkv_t, t.bias_partials, ds,
                                                                                     t.qkv, t.T, t.NH);
             cudaCheck(cudaGetLastError());
+            t.sum_bias(HS, FLASH_ROWS);
         }
     }
 };
@@ -1274,9 +1282,9 @@ static void run_forward(Buffers* d, AttentionKind kind, int variant) {
     }
 }
 
-// A lab launcher (the trainer's FlashBackward with one of its kernels replaced), then the qkv bias
-// gradient from the partials, as flash_attention_backward does. Variants 5, 6, 8 and 9 are tensor-core
-// kernels: set as the other runners set it, whichever variant ran before (10 clears it).
+// A lab launcher (the trainer's FlashBackward with one of its kernels replaced; each sums the qkv
+// bias gradient from its partials itself, as the trainer's does). Variants 5, 6, 8 and 9 are
+// tensor-core kernels: set as the other runners set it, whichever variant ran before (10 clears it).
 template <typename Launch>
 static void run_lab_backward(Buffers* d, AttentionKind kind, const char* what) {
     Shape s = d->shape;
@@ -1284,7 +1292,6 @@ static void run_lab_backward(Buffers* d, AttentionKind kind, const char* what) {
     g_wgmma = true;
     Launch launch = {{d->dqkv_t, d->dbias, d->partials, d->delta, d->dout, d->qkv, d->out, d->lse, s.B, s.T, s.NH}};
     flash_dispatch(launch, s.hs, kind, false, what);
-    column_sums(d->dbias, d->partials, s.B * ceil_div(s.T, FLASH_ROWS), 3 * s.NH * s.hs);
 }
 
 static void run_backward(Buffers* d, AttentionKind kind, int variant) {

@@ -3,10 +3,13 @@
 # compute_75 PTX (the FP32-core paths of Pascal, Volta and Turing: plain FP32 products, FP32-core
 # flash attention) and as compute_80 PTX (TF32 mma.sync, as on Ampere, Ada and Blackwell), which the
 # driver compiles at start; and this GPU's build under a block's shared memory capped as on other
-# GPUs (GPT2_TEST_SHARED_KB: 99 KB RTX 30/40/50, 64 KB T4, 48 KB P100), where the plans take
-# smaller tiles or the FP32-core kernels. Each: the PyTorch fixtures at -f 0/1/2 for both attention
-# kinds and --decode, and a short training run twice, bit-identical; under the 99 KB cap also the
-# lab's attention check, whose head size 128 takes the small tiles there. Prints its time.
+# GPUs (GPT2_TEST_SHARED_KB: 99 KB RTX 30/40/50, whose hs 128 takes the 16-row dQ and dK/dV tiles;
+# 48 KB, below every GPU with TF32 cores, the FP32-core attention beside TF32 products). Each: the
+# PyTorch fixtures at -f 0/1/2 for both attention kinds and --decode, and a short training run
+# twice, bit-identical; at hs 128 and T = 200 (a multiple of no tile) the same runs of the compute_75
+# build and under the 99 KB cap. Then the lab's attention check under the 99 KB cap at hs 32, 64 and
+# 128, T = 1, 77, 130 and 200: the tensor cores (variants 2, 3: the small tiles at hs 128) and the
+# FP32 cores (variant 10). Prints its time.
 set -u
 cd "$(dirname "$0")/../.."
 start=$SECONDS
@@ -31,30 +34,34 @@ fixtures() {
     "$1/test_gpt2_fp32" $args > "$log" 2>&1 || { echo "    $1/test_gpt2_fp32 $args:"; grep -E 'FAIL|error' "$log" | head -n 8; return 1; }
   done
 }
-# twice DIR NAME KIND: two short runs of DIR's trainer, bit-identical (their logs kept as NAME_a, NAME_b)
+# twice DIR NAME KIND [SHAPE]: two short runs of DIR's trainer (d12 at T = 128, or SHAPE's -e, -b, -t
+# and -d), bit-identical (their logs kept as NAME_a, NAME_b)
 twice() {
-  local run="$1/train_gpt2_fp32 -e d12 -b 4 -t 128 -d 1024 -x 6 -v 3 -m 2 -s 0 -A $3"
+  local run="$1/train_gpt2_fp32 ${4:-"-e d12 -b 4 -t 128 -d 1024"} -x 6 -v 3 -m 2 -s 0 -A $3"
   $run > "$work/$2_a.log" 2>&1 && $run > "$work/$2_b.log" 2>&1 &&
     grep -q '^step     6/6' "$work/$2_a.log" && diff <(numbers "$work/$2_a.log") <(numbers "$work/$2_b.log") > /dev/null
 }
 attention_row() { grep '^| attention kernels' "$work/$1_a.log" | sed 's/ *|$//; s/.*| //'; }
-# configuration ID WHAT DIR [KB]: DIR's binaries (with a block's shared memory capped at KB) on
-# every fixture check and two training runs of each kind (logs ID_a, ID_b), its check lines printed
+# configuration ID WHAT DIR [KB [SHAPE]]: DIR's binaries (with a block's shared memory capped at KB,
+# none if empty) on every fixture check (d12's shape only: the fixtures' hs is 64) and two training
+# runs of each kind (logs ID_a, ID_b, of SHAPE's model if given: twice), its check lines printed
 configuration() {
-  local name=$1 what=$2 dir=$3
+  local name=$1 what=$2 dir=$3 shape=${5:-}
   [ -z "${4:-}" ] || export GPT2_TEST_SHARED_KB=$4
-  check "$what: every fixture check (-f 0, 1, 2, both kinds) and --decode" fixtures "$dir"
-  check "$what: a training run twice, bit-identical (softmax)" twice "$dir" "$name" softmax
-  check "$what: a training run twice, bit-identical (ReLU)" twice "$dir" "${name}_relu" relu
+  [ -n "$shape" ] || check "$what: every fixture check (-f 0, 1, 2, both kinds) and --decode" fixtures "$dir"
+  check "$what: a training run twice, bit-identical (softmax)" twice "$dir" "$name" softmax "$shape"
+  check "$what: a training run twice, bit-identical (ReLU)" twice "$dir" "${name}_relu" relu "$shape"
 }
+hs128="-e L2C256H2 -b 4 -t 200 -d 1600"  # hs 128, T = 200: 2 layers of 2 heads, 2 micro-steps
 # The configurations at once (each a small run on the same GPU), their lines in order.
-names=(compute_75 compute_80 cap99 cap64 cap48 compute_75_cap48)
+names=(compute_75 compute_80 cap99 cap48 compute_75_hs128 cap99_hs128)
 configuration compute_75 "compute_75 PTX" build/compute_75 > "$work/compute_75.out" 2>&1 &
 configuration compute_80 "compute_80 PTX" build/compute_80 > "$work/compute_80.out" 2>&1 &
 configuration cap99 "this GPU's build, 99 KB a block" . 99 > "$work/cap99.out" 2>&1 &
-configuration cap64 "this GPU's build, 64 KB a block" . 64 > "$work/cap64.out" 2>&1 &
 configuration cap48 "this GPU's build, 48 KB a block" . 48 > "$work/cap48.out" 2>&1 &
-configuration compute_75_cap48 "compute_75 PTX, 48 KB a block" build/compute_75 48 > "$work/compute_75_cap48.out" 2>&1 &
+configuration compute_75_hs128 "compute_75 PTX, hs 128, T 200" build/compute_75 "" "$hs128" \
+  > "$work/compute_75_hs128.out" 2>&1 &
+configuration cap99_hs128 "this GPU's build, 99 KB a block, hs 128, T 200" . 99 "$hs128" > "$work/cap99_hs128.out" 2>&1 &
 wait
 for name in "${names[@]}"; do cat "$work/$name.out"; done
 passed=$(cat "$work"/*.out | grep -c '^ok')
@@ -64,15 +71,16 @@ check "compute_75 PTX runs the FP32-core attention and plain FP32 products" \
 check "compute_80 PTX runs mma.sync (no wgmma) and TF32 products" \
   eval "attention_row compute_80 | grep -q '^mma.sync forward, mma.sync backward' && grep -qE '^\| matmul precision +\| TF32 ' '$work/compute_80_a.log'"
 
-check "64 KB a block: mma.sync with 16-query dK/dV tiles (hs 64's default need 66.5 KB)" \
-  eval "attention_row cap64 | grep -q '^mma.sync forward, mma.sync backward (dQ 32 keys, dK/dV 16 queries'"
+check "compute_75 PTX at hs 128: the FP32-core attention" eval "attention_row compute_75_hs128 | grep -q '^FP32 cores (hs 128'"
 check "48 KB a block: the FP32-core attention (the mma.sync forward's tiles need 64 KB)" \
   eval "attention_row cap48 | grep -q '^FP32 cores'"
 check "99 KB a block: the tensor-core kernels with the default tiles at hs 64" \
   eval "attention_row cap99 | grep -qE 'mma.sync backward \(dQ 32 keys, dK/dV 64 queries'"
+check "99 KB a block at hs 128: the 16-row dQ and dK/dV tiles (the default ones need 128 KB)" \
+  eval "attention_row cap99_hs128 | grep -qE 'mma.sync backward \(dQ 16 keys, dK/dV 16 queries'"
 if [ -x dev/cuda/attention ]; then
-  check "99 KB a block: the lab's attention check (hs 32, 64, 128: small dQ and dK/dV tiles at 128)" \
-    eval "GPT2_TEST_SHARED_KB=99 dev/cuda/attention --small 2 3 > '$work/lab99.log' 2>&1 || { tail -n 20 '$work/lab99.log'; false; }"
+  check "99 KB a block: the lab's attention check (hs 32, 64, 128, ragged T; tensor cores and FP32 cores)" \
+    eval "GPT2_TEST_SHARED_KB=99 dev/cuda/attention --small 2 3 10 > '$work/lab99.log' 2>&1 || { tail -n 20 '$work/lab99.log'; false; }"
 else
   echo "SKIPPED (dev/cuda/attention not built): the lab's attention check at 99 KB"
 fi
