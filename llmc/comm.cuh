@@ -58,7 +58,8 @@ static void nccl_check(ncclResult_t result, const char* file, int line) {
 
 // Joins the run that `me` describes (the CUDA device already chosen): the NCCL id goes from rank
 // 0 to the others through a TCP rendezvous at MASTER_ADDR:MASTER_PORT, or through files in
-// rendezvous_dir when it is given; then the connections watch that every rank stays alive.
+// rendezvous_dir when it is given; then the connections, or heartbeat files in rendezvous_dir,
+// watch that every rank stays alive.
 static void comm_init(Comm* comm, const LaunchInfo* me, const char* rendezvous_dir) {
     *comm = Comm();
     comm->rank = me->rank;
@@ -79,8 +80,8 @@ static void comm_init(Comm* comm, const LaunchInfo* me, const char* rendezvous_d
         rendezvous_file(me, rendezvous_dir, &id, sizeof(id), 300.0);
     } else {
         rendezvous_tcp(me, &id, sizeof(id), 300.0);
-        liveness_start(nullptr);  // a rank that dies makes the others exit within seconds
     }
+    liveness_start(nullptr);  // a rank that dies makes the others exit within seconds
     ncclCheck(ncclCommInitRank(&comm->nccl, me->world, id, me->rank));
 #endif
 }

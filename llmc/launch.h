@@ -1,8 +1,9 @@
 // Multi-process launch helpers, host only (no CUDA, no NCCL): launch_info_from_env() reads
 // which rank of how many this process is from torchrun, mpirun or srun variables;
 // rendezvous_tcp() / rendezvous_file() copy rank 0's opaque blob (the NCCL unique id) to
-// every other rank; liveness_start() / liveness_finish() keep the rendezvous connections
-// open so that a rank that dies stops the others within seconds; launch_gpus_flag() and
+// every other rank; liveness_start() / liveness_finish() watch the other ranks (the rendezvous
+// connections, or heartbeat files in the rendezvous directory) so that a rank that dies stops
+// the others within seconds; launch_gpus_flag() and
 // launch_local() run one copy of this program per GPU on one node (`--gpus N`).
 // Linux only (/proc/self/exe, MSG_NOSIGNAL, PR_SET_PDEATHSIG).
 #pragma once
@@ -164,9 +165,13 @@ static inline bool launch_write_full(int fd, const void* buf, size_t n) {
     return true;
 }
 
-// The TCP connections that outlive the rendezvous, for liveness (one process = one run).
+// What liveness watches (one process = one run): the TCP connections that outlive the
+// rendezvous, or, after a file rendezvous, the ranks' heartbeat files in its directory.
 struct Liveness {
     std::vector<int> fds, peer_ranks;   // rank 0: one per peer; other ranks: rank 0 only
+    std::string dir;                    // file rendezvous: its directory, this rank, the run's key
+    int rank = 0;
+    uint64_t key = 0;
     int wake_pipe[2] = {-1, -1};        // liveness_finish() wakes the watcher through it
     pthread_t thread;
     bool running = false;
@@ -364,17 +369,35 @@ static inline void launch_make_dirs(const char* dir) {
     }
 }
 
-// Rank 0 removes nccl_id and join_<digits> left by earlier runs.
+// Rank 0 removes nccl_id, join_<digits> and alive_<digits> (liveness) left by earlier runs.
 static inline void launch_remove_stale(const char* dir) {
     remove((std::string(dir) + "/nccl_id").c_str());
     DIR* d = opendir(dir);
     if (d == nullptr) { fail("rendezvous: cannot list %s: %s", dir, strerror(errno)); }
     for (struct dirent* e; (e = readdir(d)) != nullptr;) {
-        const char* digits = e->d_name + 5;
-        if (strncmp(e->d_name, "join_", 5) != 0 || digits[strspn(digits, "0123456789")] != '\0') { continue; }
+        bool ours = strncmp(e->d_name, "join_", 5) == 0 || strncmp(e->d_name, "alive_", 6) == 0;
+        const char* digits = strchr(e->d_name, '_');
+        if (!ours || digits[1 + strspn(digits + 1, "0123456789")] != '\0') { continue; }
         remove((std::string(dir) + "/" + e->d_name).c_str());
     }
     closedir(d);
+}
+
+// The run's key, the same on every rank of a file rendezvous: a mix of the ranks' join nonces.
+static inline uint64_t launch_run_key(const uint64_t* nonces, int world) {
+    uint64_t key = LAUNCH_MAGIC;
+    for (int r = 0; r < world; r++) { key = (key ^ nonces[r]) * 0x100000001b3ull; }
+    return key;
+}
+
+// After a file rendezvous, liveness_start watches heartbeat files: rank 0 every other rank's,
+// the others rank 0's (as over TCP), in the run `key`.
+static inline void liveness_use_files(const char* dir, int rank, int world, uint64_t key) {
+    g_liveness.dir = dir;
+    g_liveness.rank = rank;
+    g_liveness.key = key;
+    g_liveness.peer_ranks.clear();
+    for (int peer = rank == 0 ? 1 : 0; peer < (rank == 0 ? world : 1); peer++) { g_liveness.peer_ranks.push_back(peer); }
 }
 
 static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* blob, size_t size,
@@ -408,6 +431,7 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
         }
         memcpy(&file[header_words], blob, size);
         launch_write_atomic(id_path, file.data(), header_words * 8 + size);
+        liveness_use_files(dir, 0, me->world, launch_run_key(&file[3], me->world));
         return;
     }
     uint64_t join[2] = {LAUNCH_MAGIC, launch_nonce()};
@@ -420,6 +444,7 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
             id[1] == (uint64_t)me->world && id[2] == size && id[3 + me->rank] == join[1]) {
             memcpy(blob, &id[header_words], size);
             remove(join_path.c_str());  // rank 0 has read it
+            liveness_use_files(dir, me->rank, me->world, launch_run_key(&id[3], me->world));
             return;
         }
         if (launch_now() >= deadline) {
@@ -431,27 +456,48 @@ static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* 
 }
 
 // ---------------------------------------------------------------------------------
-// 3. Liveness: a watcher thread over the rendezvous connections. A connection that ends
-// without a goodbye byte means its peer died: print one line, call on_peer_lost (which
-// runs on the watcher thread), then _exit(1). When rank 0 exits, every other rank sees
-// its connection close and exits too, so one dead rank stops the whole run.
+// 3. Liveness: a watcher thread over the rendezvous connections, or over heartbeat files after
+// a file rendezvous. A connection that ends without a goodbye byte, or a heartbeat that stops
+// for LIVENESS_SILENT_S, means its peer died: print one line, call on_peer_lost (which runs on
+// the watcher thread), then _exit(1). When rank 0 exits, every other rank sees its connection
+// close (or its heartbeat say "failed") and exits too, so one dead rank stops the whole run.
 
-[[noreturn]] static inline void liveness_peer_lost(int peer_rank) {
-    fprintf(stderr, "error: rank %d stopped unexpectedly (connection to it closed)\n", peer_rank);
+constexpr int LIVENESS_BEAT_MS = 500;       // heartbeat files: each rank rewrites its own this often
+constexpr double LIVENESS_SILENT_S = 10.0;  // a peer's heartbeat unchanged this long: dead
+
+// DIR/alive_<rank>: {LAUNCH_MAGIC, the run's key, a beat count, a state (0, LAUNCH_GOODBYE,
+// LAUNCH_FAILED)}, replaced whole by a rename; errors are ignored (the peers then see silence).
+static inline std::string liveness_beat_path(int rank) { return g_liveness.dir + "/alive_" + std::to_string(rank); }
+
+static inline void liveness_beat(uint64_t beats, char state) {
+    uint64_t words[4] = {LAUNCH_MAGIC, g_liveness.key, beats, (uint64_t)state};
+    std::string path = liveness_beat_path(g_liveness.rank), temp = path + ".tmp";
+    int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) { return; }
+    bool written = write(fd, words, sizeof(words)) == (ssize_t)sizeof(words);
+    if (close(fd) == 0 && written) { rename(temp.c_str(), path.c_str()); }
+}
+
+// With heartbeat files the ranks watching this one learn that it failed (and said why) at their
+// next read, not a silence later.
+[[noreturn]] static inline void liveness_peer_lost(int peer_rank, const char* how) {
+    fprintf(stderr, "error: rank %d stopped unexpectedly (%s)\n", peer_rank, how);
+    if (!g_liveness.dir.empty()) { liveness_beat(0, LAUNCH_FAILED); }
     if (g_liveness.on_peer_lost != nullptr) { g_liveness.on_peer_lost(peer_rank); }
     _exit(1);  // not exit(): the main thread may be running or blocked
 }
 
-// fail()'s hook once the liveness connections are up: the peers learn that this rank failed and
-// said why, so they exit without lines of their own (rank 0 passes it on to the others).
+// fail()'s hook once the watcher runs: the peers learn that this rank failed and said why, so
+// they exit without lines of their own (rank 0 passes it on to the others).
 static inline void liveness_tell_failed(void) {
     char failed = LAUNCH_FAILED;
     for (int fd : g_liveness.fds) {
         if (send(fd, &failed, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {}
     }
+    if (!g_liveness.dir.empty()) { liveness_beat(0, LAUNCH_FAILED); }
 }
 
-static inline void* liveness_watch(void*) {
+static inline void* liveness_watch_connections(void) {
     std::vector<int> peer_ranks = g_liveness.peer_ranks;  // a copy: exit() may destroy the global
     std::vector<struct pollfd> watched = {{g_liveness.wake_pipe[0], POLLIN, 0}};  // then one per peer
     for (int fd : g_liveness.fds) { watched.push_back({fd, POLLIN, 0}); }
@@ -470,14 +516,50 @@ static inline void* liveness_watch(void*) {
             if (got > 0 && memchr(buf, LAUNCH_GOODBYE, (size_t)got) != nullptr) { said_goodbye[i] = true; }
             if (got > 0 || (got < 0 && (errno == EINTR || errno == EAGAIN))) { continue; }
             watched[i].fd = -1;  // EOF or error: stop watching it
-            if (!said_goodbye[i]) { liveness_peer_lost(peer_ranks[i - 1]); }
+            if (!said_goodbye[i]) { liveness_peer_lost(peer_ranks[i - 1], "connection to it closed"); }
         }
     }
 }
 
-// Starts the watcher over the TCP rendezvous connections (no-op without them).
+// Beats, and reads the peers' heartbeats, every LIVENESS_BEAT_MS until liveness_finish() writes
+// to the wake pipe. A heartbeat of another run (an earlier run's file) counts as silence.
+static inline void* liveness_watch_files(void) {
+    std::vector<int> peer_ranks = g_liveness.peer_ranks;
+    std::vector<uint64_t> last_beats(peer_ranks.size(), 0);
+    std::vector<double> heard(peer_ranks.size(), launch_now());
+    std::vector<bool> gone(peer_ranks.size(), false);  // said goodbye
+    char silence[128];
+    snprintf(silence, sizeof(silence), "no heartbeat in %s for %g s", g_liveness.dir.c_str(), LIVENESS_SILENT_S);
+    struct pollfd wake = {g_liveness.wake_pipe[0], POLLIN, 0};
+    for (uint64_t beats = 1;; beats++) {
+        liveness_beat(beats, 0);
+        if (poll(&wake, 1, LIVENESS_BEAT_MS) > 0) { return nullptr; }  // liveness_finish()
+        for (size_t i = 0; i < peer_ranks.size(); i++) {
+            if (gone[i]) { continue; }
+            std::vector<uint64_t> beat = launch_read_words(liveness_beat_path(peer_ranks[i]));
+            bool current = beat.size() == 4 && beat[0] == LAUNCH_MAGIC && beat[1] == g_liveness.key;
+            if (current && beat[3] == (uint64_t)LAUNCH_FAILED) {
+                liveness_tell_failed();
+                _exit(1);  // the failed rank printed the error
+            }
+            gone[i] = current && beat[3] == (uint64_t)LAUNCH_GOODBYE;
+            if (current && beat[2] != last_beats[i]) {
+                last_beats[i] = beat[2];
+                heard[i] = launch_now();
+            }
+            if (!gone[i] && launch_now() - heard[i] > LIVENESS_SILENT_S) { liveness_peer_lost(peer_ranks[i], silence); }
+        }
+    }
+}
+
+static inline void* liveness_watch(void*) {
+    return g_liveness.dir.empty() ? liveness_watch_connections() : liveness_watch_files();
+}
+
+// Starts the watcher over the TCP rendezvous connections or the file rendezvous' heartbeats
+// (no-op after neither).
 static inline void liveness_start(void (*on_peer_lost)(int peer_rank)) {
-    if (g_liveness.running || g_liveness.fds.empty()) { return; }
+    if (g_liveness.running || g_liveness.peer_ranks.empty()) { return; }
     g_liveness.on_peer_lost = on_peer_lost;
     if (pipe2(g_liveness.wake_pipe, O_CLOEXEC) != 0) { fail("liveness: pipe: %s", strerror(errno)); }
     int err = pthread_create(&g_liveness.thread, nullptr, liveness_watch, nullptr);
@@ -497,6 +579,7 @@ static inline void liveness_finish(void) {
         close(g_liveness.wake_pipe[0]);
         close(g_liveness.wake_pipe[1]);
         g_liveness.running = false;
+        if (!g_liveness.dir.empty()) { liveness_beat(0, LAUNCH_GOODBYE); }
     }
     for (int fd : g_liveness.fds) {
         char goodbye = LAUNCH_GOODBYE, drain[64];
@@ -507,6 +590,7 @@ static inline void liveness_finish(void) {
     }
     g_liveness.fds.clear();
     g_liveness.peer_ranks.clear();
+    g_liveness.dir.clear();
 }
 
 // ---------------------------------------------------------------------------------

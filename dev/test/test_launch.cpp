@@ -169,7 +169,8 @@ static int stranger(int, int) {
     return launch_read_full(fd, blob.bytes, sizeof(blob.bytes), launch_now() + 3.0) == LAUNCH_IO_CLOSED ? 0 : 2;
 }
 
-// Liveness: every rank sleeps `live_ms[rank]` after liveness_start, then ends cleanly, or
+// Liveness: every rank meets the others (TCP, or files with g_live_files), sleeps
+// `live_ms[rank]` after liveness_start, then ends cleanly, or
 // abruptly with _exit(3) if it is `g_dying_rank`, or through fail() if it is `g_failing_rank`.
 // Rank 0 reports a lost peer as 40 + rank.
 static int g_live_ms[3] = {0, 0, 0};
@@ -177,10 +178,16 @@ static int g_dying_rank = -1, g_failing_rank = -1;
 
 static void exit_with_peer(int peer_rank) { _exit(40 + peer_rank); }
 
+static bool g_live_files = false;  // the ranks meet through files in g_dir (heartbeat files), not TCP
+
 static int live_rank(int rank, int world) {
     LaunchInfo me = local_info(rank, world, g_port);
     Blob blob = start_blob(rank);
-    rendezvous_tcp(&me, blob.bytes, sizeof(blob.bytes), g_timeout_s);
+    if (g_live_files) {
+        rendezvous_file(&me, g_dir.c_str(), blob.bytes, sizeof(blob.bytes), g_timeout_s);
+    } else {
+        rendezvous_tcp(&me, blob.bytes, sizeof(blob.bytes), g_timeout_s);
+    }
     liveness_start(rank == 0 ? exit_with_peer : nullptr);
     launch_sleep_ms(g_live_ms[rank]);
     if (rank == g_dying_rank) { _exit(3); }
@@ -388,6 +395,53 @@ TEST(liveness_clean_finish) {
     g_live_ms[2] = 600;
     std::vector<RankRun> runs = run_ranks({{live_rank, 0, 3, 0}, {live_rank, 1, 3, 0}, {live_rank, 2, 3, 0}},
                                           20.0);
+    CHECK(all_got_blob(runs, 3));
+    for (const RankRun& run : runs) { CHECK(run.output.find("error") == std::string::npos); }
+}
+
+// The same three after a file rendezvous: heartbeat files in its directory. A dead rank is
+// silence for LIVENESS_SILENT_S; rank 0 says so once and the others exit quietly.
+static std::vector<RankRun> run_live_files(int dying, int failing, std::vector<int> live_ms) {
+    std::string root = make_temp_dir("test_launch");
+    g_dir = root + "/rdv";
+    g_live_files = true;
+    g_timeout_s = 10.0;
+    g_dying_rank = dying;
+    g_failing_rank = failing;
+    for (int r = 0; r < 3; r++) { g_live_ms[r] = live_ms[r]; }
+    std::vector<RankRun> runs = run_ranks({{live_rank, 0, 3, 0}, {live_rank, 1, 3, 0}, {live_rank, 2, 3, 0}},
+                                          40.0);
+    g_live_files = false;
+    g_dying_rank = g_failing_rank = -1;
+    remove_dir(root);
+    return runs;
+}
+
+TEST(liveness_files_dead_rank_stops_the_others) {
+    std::vector<RankRun> runs = run_live_files(2, -1, {30000, 30000, 300});
+    CHECK(runs[2].status == 3);
+    CHECK(runs[0].status == 42);  // its on_peer_lost got rank 2
+    CHECK(output_has(runs[0], "error: rank 2 stopped unexpectedly (no heartbeat in " + g_dir + " for 10 s)"));
+    CHECK(runs[1].status == 1 && runs[1].output.empty());  // rank 0's heartbeat said "failed"
+    double after0 = runs[0].exit_s - runs[2].exit_s, after1 = runs[1].exit_s - runs[2].exit_s;
+    CHECK(after0 >= LIVENESS_SILENT_S - 1.0 && after0 < LIVENESS_SILENT_S + 3.0);
+    CHECK(after1 >= after0 && after1 < after0 + 3.0);
+    printf("  heartbeat files: the others stopped %.2f s and %.2f s after rank 2 died\n", after0, after1);
+}
+
+TEST(liveness_files_failed_rank_is_reported_once) {
+    std::vector<RankRun> runs = run_live_files(-1, 2, {30000, 30000, 300});
+    CHECK(runs[2].status == 1 && output_has(runs[2], "error: rank 2: out of GPU memory"));
+    CHECK(runs[0].status == 1 && runs[0].output.empty());
+    CHECK(runs[1].status == 1 && runs[1].output.empty());
+    CHECK(runs[0].exit_s - runs[2].exit_s < 3.0 && runs[1].exit_s - runs[2].exit_s < 3.0);
+}
+
+// Rank 1 ends first, rank 0 (whose watcher read rank 1's goodbye) 12 s later, past the silence
+// limit, then rank 2.
+TEST(liveness_files_clean_finish) {
+    g_seed = 3;
+    std::vector<RankRun> runs = run_live_files(-1, -1, {12000, 0, 12500});
     CHECK(all_got_blob(runs, 3));
     for (const RankRun& run : runs) { CHECK(run.output.find("error") == std::string::npos); }
 }

@@ -15,8 +15,9 @@
 # bit-identical; honest step times (1 GPU x 4 and 2 GPUs x 2 micro-steps); the launchers
 # (torchrun-style variables, torchrun, mpirun -np 2, the file rendezvous), with --overlap on, off
 # and auto keeping the bits; ranks given different flags or a -d that does not divide stop at start;
-# a peer killed without a supervisor. --overlap on (the moves beside the passes) at every N: the
-# ReLU runs, and 2 GPUs x 2 micro-steps (the sent buckets add the earlier micro-step first).
+# a peer killed without a supervisor (TCP rendezvous; file rendezvous with 2 micro-steps). --overlap
+# on (the moves beside the passes) at every N: the ReLU runs, and 2 GPUs x 2 micro-steps (the sent
+# buckets add the earlier micro-step first).
 # The one-GPU runs a check compares against run beside the N-GPU runs; with 4 GPUs or more, the
 # 2-GPU checks and the 2-GPU-only ones run at the same time on two pairs of GPUs. Each part's output
 # is printed whole, in order, with its time; the elapsed time at the end.
@@ -315,6 +316,8 @@ checks_at_2_only() {
   check "-d that does not divide over 2 GPUs: one error line" \
     errors_once "not a positive multiple of B*T*GPUs" "$trainer" $flags -x 4 -d 3072 -b 4 -t 256 --gpus 2
   check "a peer killed mid-run (no supervisor): rank 0 exits non-zero within 30 s" killed_peer
+  check "... the same through a file rendezvous, 2 micro-steps: one error line, within 30 s" \
+    killed_peer --rendezvous-dir "$work/rdv_killed" -d 4096
   echo "    (2 GPUs only: $((SECONDS - start)) s)"
 }
 two_ranks() {  # two_ranks LOG FLAGS...: rank 0 and 1 as torchrun would start them
@@ -351,11 +354,11 @@ mismatched_overlap() {  # rank 1 asks for --overlap off, rank 0 for on
   wait
   return $status
 }
-killed_peer() {  # torchrun-style ranks, no supervisor: rank 1 is killed, rank 0 must exit by itself
+killed_peer() {  # killed_peer [FLAGS...]: torchrun-style ranks, no supervisor: rank 1 is killed, rank 0 must exit by itself with one error line
   next_port
-  RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 100000 -v 0 > "$work/peer1.log" 2>&1 &
+  RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 100000 -v 0 "$@" > "$work/peer1.log" 2>&1 &
   local victim=$!
-  RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 100000 -v 0 > "$work/peer0.log" 2>&1 &
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 100000 -v 0 "$@" > "$work/peer0.log" 2>&1 &
   local survivor=$!
   if ! until_line "^step    20/" "$work/peer0.log" $survivor; then
     kill -9 $victim $survivor 2> /dev/null; wait
@@ -368,7 +371,7 @@ killed_peer() {  # torchrun-style ranks, no supervisor: rank 1 is killed, rank 0
   exits_within 40 $survivor
   local status=$?
   echo "      rank 0: exit status $status after $((SECONDS - start)) s: $(grep error "$work/peer0.log" | head -n 1)"
-  [ $status -ne 0 ] && [ $((SECONDS - start)) -le 30 ]
+  [ $status -ne 0 ] && [ $((SECONDS - start)) -le 30 ] && [ "$(grep -c error "$work/peer0.log")" = 1 ]
 }
 
 # part NAME K GPUS FUNCTION ARGS...: FUNCTION's checks in a subshell, on the GPUs GPUS (ids, comma
