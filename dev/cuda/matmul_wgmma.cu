@@ -14,27 +14,36 @@ multiples of the tiles, K = 772, the unpadded vocabulary).
   variant 6  gemm_tf32_wide: tiles of 128 x 256, both consumers on each tile (4 stages)
   variant 7  gemm_tf32_wide with its stores through shared memory and TMA (N a multiple of 4)
   variant 8  gemm_tf32 on tiles of 128 x 192 a consumer (5 stages)
+  variant 9  gemm_tf32 (4 stages) with its stores through shared memory and TMA (N a multiple of 4)
+  variant 10 gemm_tf32 on tiles of 128 x 192 (4 stages), TMA stores (N a multiple of 4)
+
+Besides the forward's products, the LM head's input gradient (K = Vp) and the weight gradients
+(K = B*T) in the same form, as the trainer's transposed copies give them.
 
   ./matmul_wgmma [variant ...]
+
+Each shape's launches are an NVTX range of its name, so that ncu can take one shape:
+  ncu --nvtx --nvtx-include "d12 B=16 fc/" -k regex:"gemm|sm90" -c 1 --set full ./matmul_wgmma 10
 
 FLOPs counted: 2 M N K (the bias and the GELU are not counted). The last table gives, per shape,
 each variant's time over cuBLASLt's (variant 1).
 
 Measured on an H200 (2026-11-28; README.md has the tables and what each experiment showed):
-cuBLASLt wins every shape of the trainer, so the trainer keeps it and this GEMM stays here. Time
-over cuBLASLt's, d12 B=16 qkv / attproj / fc / fcproj / LM head: 1.22 / 1.25 / 1.15 / 1.15 / 1.10
-(variant 3), fcproj 1.03-1.05 (variants 6 and 7, which lose at K = 768: 1.34-1.51, every CTA's
-stores leaving at once), LM head 0.98 and fcproj 1.05 on 128 x 192 tiles (variant 8, no better
-at K = 768); d24 and d48 1.00-1.26. Ours wins only the odd shapes (0.71-0.93: few
-rows, where cuBLASLt's tiles fit badly). The GELU epilogue costs 1.05-1.10x of cuBLASLt +
-gelu_forward. Loading each stage only once (a timing-only build)
-brings variant 3 to 0.96-1.05: the copies into shared memory, not the MMA loop, cost the rest.
+the best form, variant 10, against cuBLASLt at d12 B=16 qkv / attproj / fc / fcproj / LM head:
+1.11 / 1.06 / 1.05 / 0.98 / 0.85-0.93 (variant 3: 1.20 / 1.19 / 1.15 / 1.13 / 1.00); at equal
+locked clocks (ncu) fc is at parity (269 against 266 us), ours on 132 multiprocessors with the
+tensor pipe busy 87% of their time, cuBLASLt's on 120 at 95%. The weight gradients (K = B*T,
+as few as 72 tiles of 128 x 192 for 132 multiprocessors) lose by 7-50%. So the trainer keeps cuBLASLt; the LM head's
+forward product is the one shape won at every model size (0.85-0.97). The GELU epilogue costs
+1.05-1.10x of cuBLASLt + gelu_forward. A build whose consumers skip their stores ran 0.82-0.95
+of cuBLASLt: the epilogue, not the MMA loop, costs what is left.
 Its error is 6-8e-4 against cuBLASLt's 2-3e-4: the tensor cores truncate what TMA brings in to
 TF32, cuBLASLt's operands come out rounded.
 */
 #include "common.h"
 
 #include <cudaTypedefs.h>
+#include <nvtx3/nvToolsExt.h>
 #include <map>
 
 // ----------------------------------------------------------------------------------------------
@@ -202,7 +211,9 @@ static CUtensorMap tensor_map_panels(const float* base, size_t rows, size_t cols
 // thread of warpgroup 0 issues the TMA copies of every stage (GEMM_TILE x 32 of a, TILE_N x 32 of
 // b) into a ring of STAGES, in tile order, running ahead into the next tile; a consumer multiplies
 // 2 x 64 rows by TILE_N per stage (4 wgmma k-steps of 8), keeps one stage's MMAs in flight, and frees
-// a stage once the MMAs reading it are done. Each output has one writer that sums k in order:
+// a stage once the MMAs reading it are done. With TMA_STORE a consumer's tile leaves through its
+// 16 KB staging buffer (gemm_store_tma), else by float2 stores from the registers (gemm_store).
+// Each output has one writer that sums k in order:
 // bit-identical run to run. Tiles are numbered in groups of GEMM_GROUP_ROWS row tiles, the column
 // tiles swept within a group, so that the CTAs at work at once share their operands in L2.
 constexpr int GEMM_TILE = 128;         // rows and columns of out per tile
@@ -216,10 +227,14 @@ struct GemmEpilogue {
     float* gelu_out;    // (M, N): gelu(out), or nullptr
 };
 
-// The dynamic shared memory of a ring of STAGES: the stages, the barriers, 1 KB for the alignment.
-constexpr size_t gemm_shared_bytes(int stages, int tile_n) {
+constexpr int GEMM_STORE_COLS = 64;  // columns of out a consumer stages per TMA store (two 32-column panels)
+constexpr int GEMM_STAGING_FLOATS = 64 * GEMM_STORE_COLS;  // a consumer's staging buffer
+
+// The dynamic shared memory of a ring of STAGES: the stages, each consumer's staging buffer (TMA
+// stores), the barriers, 1 KB for the alignment.
+constexpr size_t gemm_shared_bytes(int stages, int tile_n, bool tma_store = false) {
     return (size_t)stages * (gemm_stage_floats(tile_n) * sizeof(float) + 2 * sizeof(uint64_t)) + 2 * sizeof(uint64_t) +
-           1024;
+           (tma_store ? 2 * GEMM_STAGING_FLOATS * sizeof(float) : 0) + 1024;
 }
 
 // The first row and column of out of tile `tile` (GEMM_TILE x tile_n) in the grouped raster.
@@ -271,6 +286,38 @@ __device__ __forceinline__ void gemm_store(float* out, GemmEpilogue epilogue, co
     }
 }
 
+// 64 rows x COLS of a consumer's accumulator + bias into out at (row0, col0) through TMA stores: per
+// 64 columns, the values are written into staging (two 128-byte-swizzled panels, the swizzle sparing
+// shared memory's banks), then one thread stores both panels and goes on; before the next chunk is
+// written that thread waits until the last store has read the buffer. The stores drain while the
+// consumer multiplies its next tile. TMA leaves out what lies outside out (edge tiles).
+template <int COLS>
+__device__ __forceinline__ void gemm_store_tma(const CUtensorMap* out_map, const float* bias, float* staging,
+                                               const float acc[COLS / 2], int row0, int col0, int N, int barrier_id) {
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, row = 16 * (threadIdx.x % 128 / 32) + g;
+    bool leader = threadIdx.x % 128 == 0;
+#pragma unroll
+    for (int chunk = 0; chunk < COLS / GEMM_STORE_COLS; chunk++) {
+        if (leader) { bulk_wait_read(); }
+        named_barrier(barrier_id, 128);
+#pragma unroll
+        for (int n = 0; n < GEMM_STORE_COLS / 8; n++) {
+            int c = 8 * n + 2 * q, col = col0 + chunk * GEMM_STORE_COLS + c, i = 4 * (chunk * GEMM_STORE_COLS / 8 + n);
+            float2 b = bias != nullptr && col < N ? *(const float2*)(bias + col) : make_float2(0.0f, 0.0f);
+            *(float2*)(staging + panel_offset(row, c, 64)) = make_float2(acc[i] + b.x, acc[i + 1] + b.y);
+            *(float2*)(staging + panel_offset(row + 8, c, 64)) = make_float2(acc[i + 2] + b.x, acc[i + 3] + b.y);
+        }
+        fence_proxy_async();  // the writes, visible to the copy engine
+        named_barrier(barrier_id, 128);
+        if (leader) {
+            int col = col0 + chunk * GEMM_STORE_COLS;
+            tma_store_2d(out_map, col, row0, staging);
+            tma_store_2d(out_map, col + 32, row0, staging + 64 * 32);
+            bulk_commit();
+        }
+    }
+}
+
 // The ring's barriers: a stage's copies have landed (the producer's arrival and the bytes), and the
 // `readers` consumer threads that multiply it are done with it.
 __device__ __forceinline__ void gemm_ring_init(uint64_t* loaded, uint64_t* consumed, int stages, int readers) {
@@ -304,9 +351,10 @@ __device__ __forceinline__ void gemm_produce(float* stages, uint64_t* loaded, ui
     }
 }
 
-template <int STAGES, int TILE_N>
+template <int STAGES, int TILE_N, bool TMA_STORE>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid_constant__ CUtensorMap a_map,
                                                                     const __grid_constant__ CUtensorMap b_map,
+                                                                    const __grid_constant__ CUtensorMap out_map,
                                                                     float* out, GemmEpilogue epilogue, int M, int N,
                                                                     int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -314,7 +362,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     static_assert(STAGES > 2, "a consumer's main loop starts while the other's last two stages may be in use");
     extern __shared__ float shared_raw[];
     float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
-    uint64_t* loaded = (uint64_t*)(stages + STAGES * STAGE_FLOATS);            // [STAGES]: copies landed
+    float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][GEMM_STAGING_FLOATS] (TMA stores)
+    uint64_t* loaded = (uint64_t*)(staging + (TMA_STORE ? 2 * GEMM_STAGING_FLOATS : 0));  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;      // [STAGES]: the MMAs reading the stage are done
     uint64_t* turn_done = consumed + STAGES;   // [consumer]: its main loop of a tile has issued every MMA
     int row_tiles = ceil_div(M, GEMM_TILE), col_tiles = ceil_div(N, TILE_N);
@@ -358,26 +407,36 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
         wgmma_wait_all();
         mbarrier_arrive(&consumed[(first + k_tiles - 1) % STAGES]);
         pin_registers<TILE_N>(&acc[0][0]);
-        gemm_store<TILE_N>(out, epilogue, acc[0], origin.x, origin.y, M, N);
-        gemm_store<TILE_N>(out, epilogue, acc[1], origin.x + 64, origin.y, M, N);
+        if constexpr (TMA_STORE) {
+            float* mine = staging + consumer * GEMM_STAGING_FLOATS;
+            gemm_store_tma<TILE_N>(&out_map, epilogue.bias, mine, acc[0], origin.x, origin.y, N, 1 + consumer);
+            gemm_store_tma<TILE_N>(&out_map, epilogue.bias, mine, acc[1], origin.x + 64, origin.y, N, 1 + consumer);
+        } else {
+            gemm_store<TILE_N>(out, epilogue, acc[0], origin.x, origin.y, M, N);
+            gemm_store<TILE_N>(out, epilogue, acc[1], origin.x + 64, origin.y, M, N);
+        }
     }
+    if (TMA_STORE && threadIdx.x % 128 == 0) { bulk_wait_all(); }
 #endif
 }
 
-template <int STAGES, int TILE_N = GEMM_TILE>
+// TMA_STORE: the stores through gemm_store_tma (N a multiple of 4, no GELU), else gemm_store's.
+template <int STAGES, int TILE_N = GEMM_TILE, bool TMA_STORE = false>
 static void gemm_tf32(float* out, const float* a, const float* b, GemmEpilogue epilogue, int M, int N, int K,
                       cudaStream_t stream = 0) {
-    constexpr size_t shared = gemm_shared_bytes(STAGES, TILE_N);
+    if (TMA_STORE && (N % 4 != 0 || epilogue.gelu_out != nullptr)) { fail("gemm_tf32: TMA stores need N %% 4 == 0 and no GELU"); }
+    constexpr size_t shared = gemm_shared_bytes(STAGES, TILE_N, TMA_STORE);
     static bool configured = false;
     if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(gemm_tf32_kernel<STAGES, TILE_N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)shared));
+        cudaCheck(cudaFuncSetAttribute(gemm_tf32_kernel<STAGES, TILE_N, TMA_STORE>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
         configured = true;
     }
     CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE), b_map = tensor_map_panels(b, N, K, K, TILE_N);
+    CUtensorMap out_map = TMA_STORE ? tensor_map_panels(out, M, N, N, 64) : CUtensorMap{};
     unsigned int tiles = ceil_div(M, GEMM_TILE) * ceil_div(N, TILE_N);
-    gemm_tf32_kernel<STAGES, TILE_N><<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(
-        a_map, b_map, out, epilogue, M, N, K);
+    gemm_tf32_kernel<STAGES, TILE_N, TMA_STORE><<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(
+        a_map, b_map, out_map, out, epilogue, M, N, K);
     cudaCheck(cudaGetLastError());
 }
 
@@ -388,44 +447,10 @@ static void gemm_tf32(float* out, const float* a, const float* b, GemmEpilogue e
 // for the 128 x 128 tiles above: shared memory gives 128 B/cycle. The tile's stores are not
 // hidden under MMAs; the producer fills the next tile's stages meanwhile.
 constexpr int GEMM_WIDE_N = 256;
-constexpr int GEMM_STORE_COLS = 64;  // columns of out a consumer stages per TMA store (two 32-column panels)
-constexpr int GEMM_STAGING_FLOATS = 64 * GEMM_STORE_COLS;  // a consumer's staging buffer
 
 constexpr size_t gemm_wide_shared_bytes(int stages, bool tma_store) {
     return (size_t)stages * (gemm_stage_floats(GEMM_WIDE_N) * sizeof(float) + 2 * sizeof(uint64_t)) +
            (tma_store ? 2 * GEMM_STAGING_FLOATS * sizeof(float) : 0) + 1024;
-}
-
-// 64 rows x 256 of a consumer's accumulator + bias into out at (row0, col0) through TMA stores: per
-// 64 columns, the values are written into staging (two 128-byte-swizzled panels, the swizzle sparing
-// shared memory's banks), then one thread stores both panels and goes on; before the next chunk is
-// written that thread waits until the last store has read the buffer. The stores drain while the
-// consumer multiplies its next tile. TMA leaves out what lies outside out (edge tiles).
-__device__ __forceinline__ void gemm_store_tma(const CUtensorMap* out_map, const float* bias, float* staging,
-                                               const float acc[GEMM_WIDE_N / 2], int row0, int col0, int N,
-                                               int barrier_id) {
-    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, row = 16 * (threadIdx.x % 128 / 32) + g;
-    bool leader = threadIdx.x % 128 == 0;
-#pragma unroll
-    for (int chunk = 0; chunk < GEMM_WIDE_N / GEMM_STORE_COLS; chunk++) {
-        if (leader) { bulk_wait_read(); }
-        named_barrier(barrier_id, 128);
-#pragma unroll
-        for (int n = 0; n < GEMM_STORE_COLS / 8; n++) {
-            int c = 8 * n + 2 * q, col = col0 + chunk * GEMM_STORE_COLS + c, i = 4 * (chunk * GEMM_STORE_COLS / 8 + n);
-            float2 b = bias != nullptr && col < N ? *(const float2*)(bias + col) : make_float2(0.0f, 0.0f);
-            *(float2*)(staging + panel_offset(row, c, 64)) = make_float2(acc[i] + b.x, acc[i + 1] + b.y);
-            *(float2*)(staging + panel_offset(row + 8, c, 64)) = make_float2(acc[i + 2] + b.x, acc[i + 3] + b.y);
-        }
-        fence_proxy_async();  // the writes, visible to the copy engine
-        named_barrier(barrier_id, 128);
-        if (leader) {
-            int col = col0 + chunk * GEMM_STORE_COLS;
-            tma_store_2d(out_map, col, row0, staging);
-            tma_store_2d(out_map, col + 32, row0, staging + 64 * 32);
-            bulk_commit();
-        }
-    }
 }
 
 // TMA_STORE: the stores through gemm_store_tma (N a multiple of 4, no GELU), else gemm_store's.
@@ -477,7 +502,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
         mbarrier_arrive(&consumed[(first + k_tiles - 1) % STAGES]);
         pin_registers<GEMM_WIDE_N / 2>(acc);
         if constexpr (TMA_STORE) {
-            gemm_store_tma(&out_map, epilogue.bias, staging + consumer * GEMM_STAGING_FLOATS, acc,
+            gemm_store_tma<GEMM_WIDE_N>(&out_map, epilogue.bias, staging + consumer * GEMM_STAGING_FLOATS, acc,
                            origin.x + 64 * consumer, origin.y, N, 1 + consumer);
         } else {
             gemm_store<GEMM_WIDE_N>(out, epilogue, acc, origin.x + 64 * consumer, origin.y, M, N);
@@ -509,7 +534,7 @@ static void gemm_tf32_wide(float* out, const float* a, const float* b, GemmEpilo
 // ----------------------------------------------------------------------------------------------
 // The lab
 
-constexpr int NUM_VARIANTS = 8;
+constexpr int NUM_VARIANTS = 10;
 constexpr const char* VARIANT_NAMES[] = {
     nullptr,
     "1 cuBLASLt TF32 + bias (matmul_forward)",
@@ -520,6 +545,8 @@ constexpr const char* VARIANT_NAMES[] = {
     "6 gemm_tf32_wide (128 x 256), 4 stages",
     "7 gemm_tf32_wide (128 x 256), 4 stages, TMA stores",
     "8 gemm_tf32, tiles of 128 x 192, 5 stages",
+    "9 gemm_tf32, 4 stages, TMA stores",
+    "10 gemm_tf32, tiles of 128 x 192, 4 stages, TMA stores",
 };
 
 // Relative to max |out|: both operands read as TF32 (10 mantissa bits; the tensor cores drop the
@@ -537,7 +564,7 @@ struct Buffers {
 };
 
 static bool runs_on(int variant, const Shape& s) {
-    if (variant == 7) { return s.N % 4 == 0; }  // TMA stores: rows of out 16-byte aligned
+    if (variant == 7 || variant >= 9) { return s.N % 4 == 0; }  // TMA stores: rows of out 16-byte aligned
     return (variant != 4 && variant != 5) || s.fc;
 }
 
@@ -556,6 +583,10 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
         gelu_forward(d.gelu_out, d.out, (size_t)s.M * s.N);
     } else if (variant == 8) {
         gemm_tf32<5, 192>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
+    } else if (variant == 9) {
+        gemm_tf32<4, GEMM_TILE, true>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
+    } else if (variant == 10) {
+        gemm_tf32<4, 192, true>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
     } else if (variant == 6) {
         gemm_tf32_wide<4, false>(d.out, d.inp, d.weight, {bias, nullptr}, s.M, s.N, s.K);
     } else {
@@ -574,7 +605,9 @@ static double check_variant(const Buffers& d, const Shape& s, int variant) {
 
 static std::map<std::string, std::map<int, double>> g_times;  // shape -> variant -> ms
 
+// Each shape's launches in an NVTX range of its name, for ncu: ncu --nvtx --nvtx-include "d12 B=16 fc/"
 static void run_shape(const Buffers& d, const Shape& s, int variant) {
+    nvtxRangePushA(s.name.c_str());
     double error = check_variant(d, s, variant);
     size_t n_out = (size_t)s.M * s.N;
     Launch launch = [&] { launch_variant(variant, d, s); };
@@ -585,6 +618,7 @@ static void run_shape(const Buffers& d, const Shape& s, int variant) {
     char name[128];
     snprintf(name, sizeof(name), "%s, %s", VARIANT_NAMES[variant], s.name.c_str());
     print_row("matmul_wgmma", name, ms, 2.0 * s.M * s.N * s.K, CEILING_TF32, error, TF32_TOLERANCE, det);
+    nvtxRangePop();
 }
 
 // The trainer's five linear layers of a model of C channels over M rows.
@@ -598,6 +632,13 @@ static void add_layers(std::vector<Shape>* shapes, const char* model, int B, int
     shapes->push_back({p + "fc", M, 4 * C, C, true, true});
     shapes->push_back({p + "fcproj", M, C, 4 * C, true, false});
     shapes->push_back({p + "lm head", M, LAB_VP, C, false, false});
+    // the backward's products in the same form, on the trainer's transposed copies: the LM head's
+    // input gradient (K = Vp) and weight gradients (K = B*T)
+    shapes->push_back({p + "lm head dinp", M, C, LAB_VP, false, false});
+    shapes->push_back({p + "lm head dweight", LAB_VP, C, M, false, false});
+    shapes->push_back({p + "qkv dweight", 3 * C, C, M, false, false});
+    shapes->push_back({p + "fc dweight", 4 * C, C, M, false, false});
+    shapes->push_back({p + "fcproj dweight", C, 4 * C, M, false, false});
 }
 
 int main(int argc, char** argv) {
@@ -626,12 +667,12 @@ int main(int argc, char** argv) {
             if (variant_selected(variant) && runs_on(variant, s)) { run_shape(d, s, variant); }
         }
     }
-    note("time over cuBLASLt's (variant 1), per shape: variants 2 3 6 7 8 | 4 over 5 (fc + GELU)");
+    note("time over cuBLASLt's (variant 1), per shape: variants 2 3 6 7 8 9 10 | 4 over 5 (fc + GELU)");
     for (const Shape& s : shapes) {
         std::map<int, double>& t = g_times[s.name];
         if (t.count(1) == 0) { continue; }
         std::string row = s.name + ":";
-        for (int v : {2, 3, 6, 7, 8}) {
+        for (int v : {2, 3, 6, 7, 8, 9, 10}) {
             char cell[32];
             snprintf(cell, sizeof(cell), " %.3f", t.count(v) ? t[v] / t[1] : NAN);
             row += cell;
