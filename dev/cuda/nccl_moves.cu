@@ -5,9 +5,12 @@ each); the buffers hold a model's P floats (d12, d48: the trainer's parameter co
 
   moves      a2a      ncclAlltoAll: each rank's P floats in n chunks, chunk j to rank j (the
                       gradients to their owners, which then sum the ranks in order themselves)
-             gather   n ncclGather in one group, root r gathering every rank's chunk (the owners'
-                      updated parameters to everyone)
-             allgather ncclAllGather of each rank's chunk (the same move in one collective)
+             gather   the same as n ncclGather in one group, root r gathering chunk r of every rank
+             allgather ncclAllGather of each rank's chunk (the owners' updated parameters to everyone)
+  buckets    with --buckets B each move is B moves one after the other, over B equal parts of the
+             P floats, each part split evenly over the ranks (what moving ZeRO-1's buckets beside
+             the passes on the copy engines needs: these collectives take equal counts from every
+             rank); B = 1 (default) moves all P at once
   forms      sm       a default communicator, cudaMalloc'd buffers: NCCL's kernels move the data
              zero     a communicator of CTAPolicy NCCL_CTA_POLICY_ZERO, buffers from ncclMemAlloc
                       registered as symmetric windows (NCCL_WIN_COLL_SYMMETRIC). NCCL 2.28.9's
@@ -21,7 +24,8 @@ timed. For each model, form and move: the move alone (ms, GB/s each rank receive
 and with the moves beside it (the GEMMs' slowdown, the moves' time beside them). d12 B=16's fc
 product (16384 x 3072 x 768) is the GEMM, repeated to outlast the moves.
 
-  ./nccl_moves [--form sm|zero] [--model d12|d48] [--reps N]     (default: both forms, both models)
+  ./nccl_moves [--form sm|zero] [--model d12|d48] [--reps N] [--buckets B]
+                                                   (default: both forms, both models, 5, 1)
 
 Whether any NCCL kernel ran (one form at a time, under the project's kernel tracer):
 
@@ -30,10 +34,11 @@ Whether any NCCL kernel ran (one form at a time, under the project's kernel trac
 
 Needs 2 GPUs or more and NCCL 2.28 or newer (ncclAlltoAll, ncclGather); prints SKIPPED otherwise.
 
-Measured on 2 H200s (NVLink, NCCL 2.28.3; docs/performance.md has the table): the zero form ran no
-NCCL kernel; alone its all-to-all and all-gather match the sm form's (d48: 9.46 against 9.26-11.19
-ms), its n gathers are 1.6x slower, and beside the GEMMs it costs them 23% of a move's time (d48)
-against the sm form's 44%.
+Measured on 2 H200s (NVLink, NCCL 2.28.3; docs/performance.md has the table), before --buckets
+(one bucket; the gathers then sent each root the same chunk, the same bytes): the zero form ran
+no NCCL kernel; alone its all-to-all and all-gather match the sm form's (d48: 9.46 against
+9.26-11.19 ms), its n gathers are 1.6x slower, and beside the GEMMs it costs them 23% of a move's
+time (d48) against the sm form's 44%. --buckets (d48's 49 buckets: --buckets 49) is not yet run.
 */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -84,9 +89,12 @@ struct Rank {
     cudaEvent_t start, gemms_done, moves_done;
 };
 
+// The buffers' layout: bucket b at b * n * piece floats, rank j's piece of it j * piece further.
 struct Setup {
     std::vector<Rank> ranks;
-    size_t chunk;  // floats a rank owns
+    int buckets;
+    size_t piece;  // floats a rank owns of each bucket (whole 4 KB pages)
+    size_t chunk;  // floats a rank owns: buckets * piece
     bool zero;     // the copy-engine form
 };
 
@@ -116,27 +124,33 @@ static void gemms(Rank& r, int count) {
     }
 }
 
-// One move on every rank, queued on their communication streams.
+// One move on every rank, queued on their communication streams: a group per bucket.
 static void move(Setup& s, Move m) {
     int n = (int)s.ranks.size();
-    NCCL_CHECK(ncclGroupStart());
-    for (Rank& r : s.ranks) {
-        if (m == MOVE_A2A) {
-            NCCL_CHECK(ncclAlltoAll(r.send, r.recv, s.chunk, ncclFloat, r.nccl, r.comm));
-        } else if (m == MOVE_GATHER) {
-            for (int root = 0; root < n; root++) {
-                NCCL_CHECK(ncclGather(r.send, r.recv, s.chunk, ncclFloat, root, r.nccl, r.comm));
+    for (int b = 0; b < s.buckets; b++) {
+        size_t bucket = (size_t)b * n * s.piece;
+        NCCL_CHECK(ncclGroupStart());
+        for (int j = 0; j < n; j++) {
+            Rank& r = s.ranks[j];
+            if (m == MOVE_A2A) {
+                NCCL_CHECK(ncclAlltoAll(r.send + bucket, r.recv + bucket, s.piece, ncclFloat, r.nccl, r.comm));
+            } else if (m == MOVE_GATHER) {
+                for (int root = 0; root < n; root++) {
+                    NCCL_CHECK(ncclGather(r.send + bucket + root * s.piece, r.recv + bucket, s.piece, ncclFloat, root,
+                                          r.nccl, r.comm));
+                }
+            } else {
+                NCCL_CHECK(ncclAllGather(r.send + bucket + j * s.piece, r.recv + bucket, s.piece, ncclFloat, r.nccl,
+                                         r.comm));
             }
-        } else {
-            NCCL_CHECK(ncclAllGather(r.send, r.recv, s.chunk, ncclFloat, r.nccl, r.comm));
         }
+        NCCL_CHECK(ncclGroupEnd());
     }
-    NCCL_CHECK(ncclGroupEnd());
 }
 
-// One move, then a few elements of every rank's receive buffer from every source against what the
-// move should have put there (a2a: source i's chunk j at rank j's chunk i; the gathers: source i's
-// first chunk at chunk i, on every rank for the all-gather, on each root for the gathers).
+// One move, then a few elements of every bucket of every rank's receive buffer from every source
+// against what the move should have put there (a2a and gathers: source i's piece j at rank j's
+// piece i; the all-gather: source i's piece i at every rank's piece i).
 static void check(Setup& s, Move m) {
     for (Rank& r : s.ranks) {
         CUDA_CHECK(cudaSetDevice(r.device));
@@ -148,14 +162,17 @@ static void check(Setup& s, Move m) {
     for (int j = 0; j < n; j++) {
         CUDA_CHECK(cudaSetDevice(s.ranks[j].device));
         CUDA_CHECK(cudaStreamSynchronize(s.ranks[j].comm));
-        for (int i = 0; i < n; i++) {
-            for (size_t t : {(size_t)0, s.chunk / 2 + 7, s.chunk - 1}) {
-                size_t sent_at = (m == MOVE_A2A ? j * s.chunk : 0) + t;
-                float got, want = (float)(i * 1000 + (int)(sent_at % 1000));
-                CUDA_CHECK(cudaMemcpy(&got, s.ranks[j].recv + i * s.chunk + t, sizeof(float), cudaMemcpyDeviceToHost));
-                if (got != want) {
-                    fail("%s (%s form): rank %d received %g from rank %d at %zu, expected %g", MOVE_NAMES[m],
-                         s.zero ? "zero" : "sm", j, got, i, i * s.chunk + t, want);
+        for (int b : {0, s.buckets / 2, s.buckets - 1}) {
+            size_t bucket = (size_t)b * n * s.piece;
+            for (int i = 0; i < n; i++) {
+                for (size_t t : {(size_t)0, s.piece / 2 + 7, s.piece - 1}) {
+                    size_t sent_at = bucket + (m == MOVE_ALLGATHER ? i : j) * s.piece + t, at = bucket + i * s.piece + t;
+                    float got, want = (float)(i * 1000 + (int)(sent_at % 1000));
+                    CUDA_CHECK(cudaMemcpy(&got, s.ranks[j].recv + at, sizeof(float), cudaMemcpyDeviceToHost));
+                    if (got != want) {
+                        fail("%s (%s form): rank %d received %g from rank %d at %zu, expected %g", MOVE_NAMES[m],
+                             s.zero ? "zero" : "sm", j, got, i, at, want);
+                    }
                 }
             }
         }
@@ -191,10 +208,13 @@ static std::pair<double, double> timed(Setup& s, int gemm_count, Move m, int mov
     return {gemm_ms, move_ms};
 }
 
-static Setup setup(int n, size_t parameters, bool zero) {
+static Setup setup(int n, size_t parameters, bool zero, int buckets) {
     Setup s;
     s.zero = zero;
-    s.chunk = (parameters + (size_t)n * 1024 - 1) / ((size_t)n * 1024) * 1024;  // whole 4 KB pages a rank
+    s.buckets = buckets;
+    size_t unit = (size_t)n * buckets * 1024;
+    s.piece = (parameters + unit - 1) / unit * 1024;  // whole 4 KB pages
+    s.chunk = s.piece * buckets;
     size_t bytes = s.chunk * n * sizeof(float);
     s.ranks.resize(n);
     ncclUniqueId id;
@@ -275,8 +295,8 @@ static void teardown(Setup& s) {
 }
 
 // The table's rows for one model and form.
-static void measure(const char* model, size_t parameters, int n, bool zero, int reps) {
-    Setup s = setup(n, parameters, zero);
+static void measure(const char* model, size_t parameters, int n, bool zero, int reps, int buckets) {
+    Setup s = setup(n, parameters, zero, buckets);
     timed(s, 2, MOVE_A2A, 1);  // warm-up: cuBLAS's and NCCL's first calls
     double gemm_ms = timed(s, 20, MOVE_A2A, 0).first / 20;
     double received_gb = (double)s.chunk * (n - 1) * sizeof(float) * 1e-9;  // each rank, each move
@@ -286,8 +306,8 @@ static void measure(const char* model, size_t parameters, int n, bool zero, int 
         int gemm_count = (int)(2 * alone_ms * reps / gemm_ms) + 2;  // the GEMMs outlast the moves, slowed or not
         std::pair<double, double> beside = timed(s, gemm_count, m, reps);
         double gemms_alone_ms = gemm_ms * gemm_count;
-        printf("| %s | %d | %s | %s | %.2f | %.0f | %.2f | %.2f | %.2f | %.3f |\n", model, n, zero ? "zero" : "sm",
-               MOVE_NAMES[m], alone_ms, received_gb / alone_ms * 1e3, beside.second / reps, gemms_alone_ms,
+        printf("| %s | %d | %d | %s | %s | %.2f | %.0f | %.2f | %.2f | %.2f | %.3f |\n", model, n, buckets,
+               zero ? "zero" : "sm", MOVE_NAMES[m], alone_ms, received_gb / alone_ms * 1e3, beside.second / reps, gemms_alone_ms,
                beside.first, beside.first / gemms_alone_ms);
         fflush(stdout);
     }
@@ -296,7 +316,7 @@ static void measure(const char* model, size_t parameters, int n, bool zero, int 
 
 int main(int argc, char** argv) {
     std::vector<std::string> forms = {"sm", "zero"}, models = {"d12", "d48"};
-    int reps = 5;
+    int reps = 5, buckets = 1;
     for (int i = 1; i < argc; i++) {
         std::string flag = argv[i];
         if (i + 1 >= argc) { fail("%s: expected a value after it (usage in the file's header)", argv[i]); }
@@ -304,7 +324,11 @@ int main(int argc, char** argv) {
         if (flag == "--form" && (value == "sm" || value == "zero")) { forms = {value}; }
         else if (flag == "--model" && (value == "d12" || value == "d48")) { models = {value}; }
         else if (flag == "--reps" && atoi(value.c_str()) > 0) { reps = atoi(value.c_str()); }
-        else { fail("%s %s: expected --form sm|zero, --model d12|d48 or --reps N > 0", flag.c_str(), value.c_str()); }
+        else if (flag == "--buckets" && atoi(value.c_str()) > 0 && atoi(value.c_str()) <= 1024) { buckets = atoi(value.c_str()); }
+        else {
+            fail("%s %s: expected --form sm|zero, --model d12|d48, --reps N > 0 or --buckets B in 1..1024", flag.c_str(),
+                 value.c_str());
+        }
     }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
@@ -315,13 +339,15 @@ int main(int argc, char** argv) {
     NCCL_CHECK(ncclGetVersion(&version));
     printf("# NCCL %d, %d GPUs, GEMM %dx%dx%d TF32, %d moves a measurement\n", version, n, GEMM_M, GEMM_N, GEMM_K,
            reps);
-    printf("| model | GPUs | form | move | alone ms | GB/s a rank | beside GEMMs ms | GEMMs alone ms | GEMMs beside ms | "
-           "GEMM slowdown |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| model | GPUs | buckets | form | move | alone ms | GB/s a rank | beside GEMMs ms | GEMMs alone ms | "
+           "GEMMs beside ms | GEMM slowdown |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const std::string& model : models) {
         ModelShape shape;
         std::string problem;
         if (!model_shape_by_name(model.c_str(), &shape, &problem)) { fail("%s: %s", model.c_str(), problem.c_str()); }
-        for (const std::string& form : forms) { measure(model.c_str(), count_parameters(&shape), n, form == "zero", reps); }
+        for (const std::string& form : forms) {
+            measure(model.c_str(), count_parameters(&shape), n, form == "zero", reps, buckets);
+        }
     }
     return 0;
 }
