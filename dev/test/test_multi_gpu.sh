@@ -315,9 +315,10 @@ checks_at_2_only() {
     fails_with "rank 1: the overlap decisions (--overlap) differ from rank 0's" mismatched_overlap
   check "-d that does not divide over 2 GPUs: one error line" \
     errors_once "not a positive multiple of B*T*GPUs" "$trainer" $flags -x 4 -d 3072 -b 4 -t 256 --gpus 2
-  check "a peer killed mid-run (no supervisor): rank 0 exits non-zero within 30 s" killed_peer
+  check "a peer killed mid-run (no supervisor): rank 0 exits non-zero within 30 s" \
+    killed_peer "(connection to it closed)" 1
   check "... the same through a file rendezvous, 2 micro-steps: one error line, within 30 s" \
-    killed_peer --rendezvous-dir "$work/rdv_killed" -d 4096
+    killed_peer "(no heartbeat in $work/rdv_killed" 2 --rendezvous-dir "$work/rdv_killed" -d 4096
   echo "    (2 GPUs only: $((SECONDS - start)) s)"
 }
 two_ranks() {  # two_ranks LOG FLAGS...: rank 0 and 1 as torchrun would start them
@@ -354,7 +355,12 @@ mismatched_overlap() {  # rank 1 asks for --overlap off, rank 0 for on
   wait
   return $status
 }
-killed_peer() {  # killed_peer [FLAGS...]: torchrun-style ranks, no supervisor: rank 1 is killed, rank 0 must exit by itself with one error line
+# killed_peer HOW MICRO [FLAGS...]: torchrun-style ranks of MICRO micro-steps each, no supervisor: rank
+# 1 is killed, rank 0 must exit by itself within 30 s with one error line, which says HOW it knew
+# (the TCP watcher's or the heartbeat files' words: the run met the way the flags asked)
+killed_peer() {
+  local how=$1 micro=$2
+  shift 2
   next_port
   RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 100000 -v 0 "$@" > "$work/peer1.log" 2>&1 &
   local victim=$!
@@ -371,7 +377,9 @@ killed_peer() {  # killed_peer [FLAGS...]: torchrun-style ranks, no supervisor: 
   exits_within 40 $survivor
   local status=$?
   echo "      rank 0: exit status $status after $((SECONDS - start)) s: $(grep error "$work/peer0.log" | head -n 1)"
-  [ $status -ne 0 ] && [ $((SECONDS - start)) -le 30 ] && [ "$(grep -c error "$work/peer0.log")" = 1 ]
+  grep -q "x $micro micro-steps" "$work/peer0.log" || { echo "      not $micro micro-steps a GPU"; return 1; }
+  [ $status -ne 0 ] && [ $((SECONDS - start)) -le 30 ] && [ "$(grep -c error "$work/peer0.log")" = 1 ] &&
+    grep error "$work/peer0.log" | grep -qF -- "$how"
 }
 
 # part NAME K GPUS FUNCTION ARGS...: FUNCTION's checks in a subshell, on the GPUs GPUS (ids, comma
