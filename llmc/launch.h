@@ -397,7 +397,11 @@ static inline void liveness_use_files(const char* dir, int rank, int world, uint
     g_liveness.rank = rank;
     g_liveness.key = key;
     g_liveness.peer_ranks.clear();
-    for (int peer = rank == 0 ? 1 : 0; peer < (rank == 0 ? world : 1); peer++) { g_liveness.peer_ranks.push_back(peer); }
+    if (rank != 0) {
+        g_liveness.peer_ranks.push_back(0);
+        return;
+    }
+    for (int peer = 1; peer < world; peer++) { g_liveness.peer_ranks.push_back(peer); }
 }
 
 static inline void rendezvous_file(const LaunchInfo* me, const char* dir, void* blob, size_t size,
