@@ -18,8 +18,8 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
    2 Encoder                   wte[token] + wpe[position], and its backward
    3 LayerNorm                 forward, backward, the transposed copies the products read
    4 GELU                      forward; its backward is fused into the fc layer's bias gradient (6)
-   5 Hopper primitives         wgmma on shared-memory panels: descriptors, fences, fragments
-   6 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, bias gradients
+   5 Hopper primitives         wgmma on shared-memory panels: descriptors, fences, fragments; TMA, mbarriers
+   6 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, our Hopper GEMM, bias gradients
    7 Attention                 flash attention forward and backward (wgmma, mma.sync, FP32 cores), KV-cache decode
    8 Fused classifier          softmax, cross-entropy and the logits' gradient
    9 Sampling                  the next token on the device
@@ -37,6 +37,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include <cublasLt.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <float.h>
 #include <math.h>
@@ -757,7 +758,7 @@ static void gelu_forward(float* out, const float* inp, size_t n) {
 
 // ----------------------------------------------------------------------------------------------
 // Hopper primitives (sm_90a): the warpgroup MMA (wgmma) on shared-memory panels, for the flash
-// forward (and the lab's own GEMM, dev/cuda/matmul_wgmma.cu, which adds TMA and mbarriers).
+// forward and our GEMM (section 6), which adds TMA copies completing on mbarriers.
 // Shared tiles are panels of 32 columns, [rows][32] floats (128-byte rows), the 16-byte chunks of
 // row r XOR-permuted by r % 8: wgmma's (and TMA's) 128-byte swizzle, each panel 1024-byte aligned
 // (descriptor: 1024 bytes between 8-row core groups). TF32 wgmma reads shared operands only along
@@ -828,6 +829,117 @@ __device__ __forceinline__ void wgmma_64x32_registers(float d[16], const float a
         "%12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
         : WG_D8(d, 0), WG_D8(d, 8)
         : WG_A4(a), "l"(b));
+}
+
+// Waits until at most one committed group of this warpgroup's MMAs is still running.
+__device__ __forceinline__ void wgmma_wait_one() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+
+// d (64 x 192) += A (64 x 8) B (192 x 8)^T, both panels in shared memory
+__device__ __forceinline__ void wgmma_64x192_accumulate(float d[96], uint64_t a, uint64_t b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, 1, 1, 1;\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24), WG_D8(d, 32), WG_D8(d, 40), WG_D8(d, 48),
+          WG_D8(d, 56), WG_D8(d, 64), WG_D8(d, 72), WG_D8(d, 80), WG_D8(d, 88)
+        : "l"(a), "l"(b));
+}
+
+// mbarriers in shared memory: a phase completes when its count of arrivals has come and the bytes
+// announced by expect_bytes have landed; waits name the phase's parity (0, 1, 0, ...).
+__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, int arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(arrivals));
+}
+// The inits, visible to the copy engine (then a barrier of the block).
+__device__ __forceinline__ void mbarrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
+}
+
+// Arrives and announces `bytes` that copies will bring in this phase.
+__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* barrier, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(shared_address(barrier)), "r"(parity)
+            : "memory");
+    }
+}
+
+// The box of a 2D tensor map at (col, row) into shared memory, completing on barrier.
+__device__ __forceinline__ void tma_load_2d(float* dst, const CUtensorMap* map, int col, int row, uint64_t* barrier) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(shared_address(dst)), "l"(map), "r"(col), "r"(row), "r"(shared_address(barrier))
+        : "memory");
+}
+
+// The box of a 2D tensor map at (col, row) from shared memory (what lies outside the tensor is not
+// written), in this thread's bulk group; commit, then wait until the group has read shared memory
+// (the buffer is free) or has written all of it.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int col, int row, const float* src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 ::"l"(map), "r"(col), "r"(row), "r"(shared_address(src)) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// A barrier of `threads` threads on hardware barrier `id` (1-15; 0 is __syncthreads').
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// A warpgroup's registers per thread, raised or lowered (the kernel's cap at entry must allow the total).
+template <int REGISTERS>
+__device__ __forceinline__ void warpgroup_registers_raise() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+}
+template <int REGISTERS>
+__device__ __forceinline__ void warpgroup_registers_lower() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGISTERS));
+}
+
+// cuTensorMapEncodeTiled, the driver's, reached through the runtime (no link to libcuda).
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (encode == nullptr) {
+        cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault,
+                                                   &found));
+#else
+        cudaCheck(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", (void**)&encode, cudaEnableDefault, &found));
+#endif
+        if (found != cudaDriverEntryPointSuccess) { fail("the CUDA driver has no cuTensorMapEncodeTiled"); }
+    }
+    return encode;
+}
+
+// A row-major (rows, cols) float matrix, leading dimension ld (a multiple of 4, 16-byte aligned base),
+// copied in boxes of box_rows x 32 columns into 128-byte-swizzled panels; reads past the edges give 0.
+static CUtensorMap tensor_map_panels(const float* base, size_t rows, size_t cols, size_t ld, int box_rows) {
+    CUtensorMap map;
+    cuuint64_t dims[2] = {cols, rows}, strides[1] = {ld * sizeof(float)};
+    cuuint32_t box[2] = {32, (cuuint32_t)box_rows}, element_strides[2] = {1, 1};
+    CUresult result = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void*)base, dims, strides, box,
+                                           element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS) { fail("tensor map of a %zu x %zu matrix (ld %zu): error %d", rows, cols, ld, (int)result); }
+    return map;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1117,6 +1229,196 @@ static void matmul(float* out, const float* a, const float* b, const float* bias
     } else {
         matmul_call(out, a, b, bias, s, alpha, beta, stream);
     }
+}
+
+// Our GEMM on Hopper (sm_90a, TF32): out (M, N) = a (M, K) b (N, K)^T [+ bias[col]], both operands
+// row-major with the summed dimension contiguous. A persistent CTA per multiprocessor takes tiles of
+// GEMM_TILE_M x GEMM_TILE_N of out (blockIdx.x, + gridDim.x, ...) in turn to its two consumer
+// warpgroups (ping-pong): their main loops take turns (each waits for the other's to end), so that
+// while one multiplies its tile the other stores its last one. One thread of warpgroup 0 issues the
+// TMA copies of every stage (128 x 32 of a, 192 x 32 of b) into a ring of GEMM_STAGES, in tile
+// order, running ahead into the next tile; a consumer multiplies 2 x 64 rows by 192 per stage (4
+// wgmma k-steps of 8), keeps one stage's MMAs in flight and frees a stage once the MMAs reading it
+// are done; its tile leaves 64 columns at a time through its staging buffer and TMA stores. Each
+// output has one writer that sums k in order: bit-identical run to run. Tiles are numbered in
+// groups of GEMM_GROUP_ROWS row tiles, the column tiles swept within a group, so that the CTAs at
+// work at once share their operands in L2. The lab (dev/cuda/matmul_wgmma.cu) measures it against
+// cuBLASLt on the trainer's shapes: it wins the LM head's logits (0.81-0.97 of cuBLASLt's time on
+// an H200), which is where the trainer uses it (lm_head_logits); cuBLASLt is faster elsewhere.
+constexpr int GEMM_TILE_M = 128, GEMM_TILE_N = 192;
+constexpr int GEMM_STAGES = 4;
+constexpr int GEMM_THREADS = 384;      // the producer warpgroup, then the two consumers
+constexpr int GEMM_GROUP_ROWS = 16;    // row tiles per group of the raster
+constexpr int GEMM_STORE_COLS = 64;    // columns of out a consumer stages per TMA store (two 32-column panels)
+constexpr int GEMM_STAGING_FLOATS = 64 * GEMM_STORE_COLS;  // a consumer's staging buffer
+
+// A stage of tiles of GEMM_TILE_M x tile_n: a's panel, then b's.
+__host__ __device__ constexpr int gemm_stage_floats(int tile_n) { return (GEMM_TILE_M + tile_n) * 32; }
+
+// The dynamic shared memory of a ring of `stages` for tiles tile_n wide: the stages, the consumers'
+// staging buffers, the barriers, 1 KB for the alignment.
+constexpr size_t gemm_shared_bytes(int stages, int tile_n) {
+    return (size_t)stages * (gemm_stage_floats(tile_n) * sizeof(float) + 2 * sizeof(uint64_t)) +
+           2 * sizeof(uint64_t) + 2 * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
+}
+
+// The first row and column of out of tile `tile` (GEMM_TILE_M x tile_n) in the grouped raster.
+__device__ __forceinline__ int2 gemm_tile_origin(int tile, int row_tiles, int col_tiles, int tile_n) {
+    int group = tile / (GEMM_GROUP_ROWS * col_tiles), first_row_tile = group * GEMM_GROUP_ROWS;
+    int group_rows = min(GEMM_GROUP_ROWS, row_tiles - first_row_tile);
+    int in_group = tile - group * GEMM_GROUP_ROWS * col_tiles;
+    return make_int2((first_row_tile + in_group % group_rows) * GEMM_TILE_M, in_group / group_rows * tile_n);
+}
+
+// 64 rows x COLS of a consumer warpgroup's accumulator (the fragment of "Hopper primitives") + bias
+// into out at (row0, col0) through TMA stores: per 64 columns, the values are written into staging
+// (two 128-byte-swizzled panels, the swizzle sparing shared memory's banks), then one thread stores
+// both panels and goes on; before the next chunk is written that thread waits until the last store
+// has read the buffer. TMA leaves out what lies outside out (edge tiles).
+template <int COLS>
+__device__ __forceinline__ void gemm_store_tma(const CUtensorMap* out_map, const float* bias, float* staging,
+                                               const float acc[COLS / 2], int row0, int col0, int N, int barrier_id) {
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, row = 16 * (threadIdx.x % 128 / 32) + g;
+    bool leader = threadIdx.x % 128 == 0;
+#pragma unroll
+    for (int chunk = 0; chunk < COLS / GEMM_STORE_COLS; chunk++) {
+        if (leader) { bulk_wait_read(); }
+        named_barrier(barrier_id, 128);
+#pragma unroll
+        for (int n = 0; n < GEMM_STORE_COLS / 8; n++) {
+            int c = 8 * n + 2 * q, col = col0 + chunk * GEMM_STORE_COLS + c, i = 4 * (chunk * GEMM_STORE_COLS / 8 + n);
+            float2 b = bias != nullptr && col < N ? *(const float2*)(bias + col) : make_float2(0.0f, 0.0f);
+            *(float2*)(staging + panel_offset(row, c, 64)) = make_float2(acc[i] + b.x, acc[i + 1] + b.y);
+            *(float2*)(staging + panel_offset(row + 8, c, 64)) = make_float2(acc[i + 2] + b.x, acc[i + 3] + b.y);
+        }
+        fence_proxy_async();  // the writes, visible to the copy engine
+        named_barrier(barrier_id, 128);
+        if (leader) {
+            int col = col0 + chunk * GEMM_STORE_COLS;
+            tma_store_2d(out_map, col, row0, staging);
+            tma_store_2d(out_map, col + 32, row0, staging + 64 * 32);
+            bulk_commit();
+        }
+    }
+}
+
+// The ring's barriers: a stage's copies have landed (the producer's arrival and the bytes), and the
+// `readers` consumer threads that multiply it are done with it.
+__device__ __forceinline__ void gemm_ring_init(uint64_t* loaded, uint64_t* consumed, int stages, int readers) {
+    for (int s = 0; s < stages; s++) {
+        mbarrier_init(&loaded[s], 1);
+        mbarrier_init(&consumed[s], readers);
+    }
+}
+
+// Warpgroup 0, the producer: it gives up registers, and its first thread copies every stage of
+// this CTA's tiles (blockIdx.x, + gridDim.x, ...) in order into the ring of STAGES (a's GEMM_TILE_M x
+// 32 panel, then b's TILE_N x 32), a slot refilled once the consumers have freed it, running ahead
+// into the next tile.
+template <int STAGES, int TILE_N>
+__device__ __forceinline__ void gemm_produce(float* stages, uint64_t* loaded, uint64_t* consumed, const CUtensorMap* a_map,
+                                             const CUtensorMap* b_map, int row_tiles, int col_tiles, int k_tiles) {
+    warpgroup_registers_lower<40>();
+    if (threadIdx.x != 0) { return; }
+    constexpr int STAGE_FLOATS = gemm_stage_floats(TILE_N);
+    int filled = 0;  // stages filled so far
+    for (int tile = blockIdx.x; tile < row_tiles * col_tiles; tile += gridDim.x) {
+        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, TILE_N);
+        for (int kt = 0; kt < k_tiles; kt++, filled++) {
+            int slot = filled % STAGES;
+            if (filled >= STAGES) { mbarrier_wait(&consumed[slot], (filled / STAGES - 1) & 1); }
+            float* stage = stages + slot * STAGE_FLOATS;
+            mbarrier_expect_bytes(&loaded[slot], STAGE_FLOATS * sizeof(float));
+            tma_load_2d(stage, a_map, 32 * kt, origin.x, &loaded[slot]);
+            tma_load_2d(stage + GEMM_TILE_M * 32, b_map, 32 * kt, origin.y, &loaded[slot]);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid_constant__ CUtensorMap a_map,
+                                                                    const __grid_constant__ CUtensorMap b_map,
+                                                                    const __grid_constant__ CUtensorMap out_map,
+                                                                    const float* bias, int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int STAGE_FLOATS = gemm_stage_floats(GEMM_TILE_N);
+    static_assert(GEMM_STAGES > 2, "a consumer's main loop starts while the other's last two stages may be in use");
+    extern __shared__ float shared_raw[];
+    float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
+    float* staging = stages + GEMM_STAGES * STAGE_FLOATS;    // [consumer][GEMM_STAGING_FLOATS]
+    uint64_t* loaded = (uint64_t*)(staging + 2 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
+    uint64_t* consumed = loaded + GEMM_STAGES;    // [STAGES]: the MMAs reading the stage are done
+    uint64_t* turn_done = consumed + GEMM_STAGES; // [consumer]: its main loop of a tile has issued every MMA
+    int row_tiles = ceil_div(M, GEMM_TILE_M), col_tiles = ceil_div(N, GEMM_TILE_N);
+    int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
+    if (threadIdx.x == 0) {
+        gemm_ring_init(loaded, consumed, GEMM_STAGES, 128);
+        mbarrier_init(&turn_done[0], 128);
+        mbarrier_init(&turn_done[1], 128);
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        gemm_produce<GEMM_STAGES, GEMM_TILE_N>(stages, loaded, consumed, &a_map, &b_map, row_tiles, col_tiles, k_tiles);
+        return;
+    }
+    warpgroup_registers_raise<232>();
+    int consumer = threadIdx.x / 128 - 1;
+    float* staged = staging + consumer * GEMM_STAGING_FLOATS;
+    // the CTA's j-th tile is consumer j % 2's; its stages are the ring's j * k_tiles onwards
+    for (int j = consumer, tile = blockIdx.x + consumer * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
+        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, GEMM_TILE_N);
+        if (j > 0) { mbarrier_wait(&turn_done[1 - consumer], ((j - 1) / 2) & 1); }  // the other's turn on tile j - 1
+        float acc[2][GEMM_TILE_N / 2] = {};  // rows 0-63 and 64-127 of the tile
+        int first = j * k_tiles;
+        for (int kt = 0; kt < k_tiles; kt++) {
+            int n = first + kt, slot = n % GEMM_STAGES;
+            mbarrier_wait(&loaded[slot], (n / GEMM_STAGES) & 1);
+            const float* a = stages + slot * STAGE_FLOATS;
+            const float* b = a + GEMM_TILE_M * 32;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                uint64_t b_descriptor = wgmma_descriptor(b + 8 * ks);
+                wgmma_64x192_accumulate(acc[0], wgmma_descriptor(a + 8 * ks), b_descriptor);
+                wgmma_64x192_accumulate(acc[1], wgmma_descriptor(a + 64 * 32 + 8 * ks), b_descriptor);
+            }
+            wgmma_commit();
+            wgmma_wait_one();  // the stage before this one is read: free it
+            if (kt > 0) { mbarrier_arrive(&consumed[(n - 1) % GEMM_STAGES]); }
+        }
+        mbarrier_arrive(&turn_done[consumer]);
+        wgmma_wait_all();
+        mbarrier_arrive(&consumed[(first + k_tiles - 1) % GEMM_STAGES]);
+        pin_registers<GEMM_TILE_N>(&acc[0][0]);
+        gemm_store_tma<GEMM_TILE_N>(&out_map, bias, staged, acc[0], origin.x, origin.y, N, 1 + consumer);
+        gemm_store_tma<GEMM_TILE_N>(&out_map, bias, staged, acc[1], origin.x + 64, origin.y, N, 1 + consumer);
+    }
+    if (threadIdx.x % 128 == 0) { bulk_wait_all(); }
+#endif
+}
+
+// Whether gemm_tf32 can take out (M, N) = a (M, K) b (N, K)^T here: the sm_90a code on a Hopper GPU
+// in TF32 mode (-f 1), its shared memory allowed, and rows TMA can address (N and K multiples of 4,
+// 16-byte aligned bases).
+static bool gemm_tf32_fits(const float* out, const float* a, const float* b, int N, int K) {
+    return g_wgmma && g_precision == MATMUL_TF32 && g_shared_limit >= gemm_shared_bytes(GEMM_STAGES, GEMM_TILE_N) &&
+           N % 4 == 0 && K % 4 == 0 && common_alignment({(uint64_t)out, (uint64_t)a, (uint64_t)b}) >= 16;
+}
+
+static void gemm_tf32(float* out, const float* a, const float* b, const float* bias, int M, int N, int K,
+                      cudaStream_t stream = 0) {
+    constexpr size_t shared = gemm_shared_bytes(GEMM_STAGES, GEMM_TILE_N);
+    static bool configured = false;
+    if (!configured) {
+        cudaCheck(cudaFuncSetAttribute(gemm_tf32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+        configured = true;
+    }
+    CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE_M), b_map = tensor_map_panels(b, N, K, K, GEMM_TILE_N);
+    CUtensorMap out_map = tensor_map_panels(out, M, N, N, 64);
+    unsigned int tiles = ceil_div(M, GEMM_TILE_M) * ceil_div(N, GEMM_TILE_N);
+    gemm_tf32_kernel<<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(a_map, b_map, out_map,
+                                                                                                bias, M, N, K);
+    cudaCheck(cudaGetLastError());
 }
 
 // Linear layer forward: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias optional.
@@ -4300,6 +4602,16 @@ static void lm_head_dlnf(float* dlnf, float* partials, const float* wte_t, const
     sum_arrays(dlnf, partials, partials + n, n, splits - 1, n);  // the chunks' shares in chunk order
 }
 
+// logits_t (Vp, rows) = wte (Vp, C) @ lnf^T: our GEMM where it fits (it beats cuBLASLt at this
+// shape in the lab), else cuBLASLt.
+static void lm_head_logits(float* logits_t, const float* wte, const float* lnf, int rows, int C, int Vp) {
+    if (gemm_tf32_fits(logits_t, wte, lnf, rows, C)) {
+        gemm_tf32(logits_t, wte, lnf, nullptr, Vp, rows, C);
+    } else {
+        matmul(logits_t, lnf, wte, nullptr, rows, Vp, C, true, false, 1.0f, 0.0f);
+    }
+}
+
 // The LM head on one chunk of rows of lnf (rows, C): logits_t (Vp, rows) = wte @ lnf^T, the
 // logits transposed. With targets, each row's loss and, in place, dlogits (scratch: see
 // fused_classifier); with dwte, also dlnf (rows, C) = dlogits @ wte (lm_head_dlnf) and dwte =
@@ -4311,7 +4623,7 @@ static void lm_head_dlnf(float* dlnf, float* partials, const float* wte_t, const
 static void lm_head_chunk(float* logits_t, float* losses, float* scratch, float* dlnf, float* dlnf_partials,
                           float* dwte, bool dwte_accumulate, float* lnf_t, const float* lnf, const float* wte,
                           const float* wte_t, const int* targets, float dloss, int rows, int C, int V, int Vp) {
-    matmul(logits_t, lnf, wte, nullptr, rows, Vp, C, true, false, 1.0f, 0.0f);
+    lm_head_logits(logits_t, wte, lnf, rows, C, Vp);
     if (targets == nullptr) { return; }
     fused_classifier(logits_t, losses, scratch, targets, dloss, rows, V, Vp);
     if (dwte == nullptr) { return; }
@@ -5232,6 +5544,8 @@ static std::string run_config_table(const Run* run, int val_B) {
     table_row(&table, "gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
     table_row(&table, "matmul precision", "%s%s", precision_name(g_precision),
               g_tf32_cores ? "" : ", every -f: no TF32 tensor cores in this GPU or build");
+    bool lm_head_ours = gemm_tf32_fits(nullptr, nullptr, nullptr, 4, c->channels);
+    table_row(&table, "matrix products", "cuBLASLt%s", lm_head_ours ? "; the LM head's logits: gemm_tf32 (TMA, wgmma)" : "");
     std::string attention_path = flash_path_name(c->channels / c->num_heads, g_precision != MATMUL_TF32);
     table_row(&table, "attention kernels", "%s", attention_path.c_str());
     table_row(&table, "seed", "%llu", (unsigned long long)r->seed);
