@@ -189,7 +189,7 @@ static void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, Args...
 // is seen (one-time host work, such as the matrix products' plans and kernel attributes, happens
 // outside any capture), captures it the second time and replays it from then on. The key holds
 // everything the launches depend on besides buffers that stay put.
-using GraphKey = std::array<int64_t, 6>;
+using GraphKey = std::array<int64_t, 7>;
 
 // A memset node of a graph leaves the GPU idle for about 9 us (H100: 5 us from the kernel before
 // it, 4 us to the kernel after it; dev/profile's tracer), a kernel node for well under one. cuBLASLt
@@ -265,6 +265,12 @@ static bool capturing(cudaStream_t stream) {
 
 static void stream_waits_outside(cudaStream_t stream, cudaEvent_t event) {
     cudaCheck(cudaStreamWaitEvent(stream, event, capturing(stream) ? cudaEventWaitExternal : cudaEventWaitDefault));
+}
+
+// The same for an event recorded by such a pass for the host to read (a timing mark): while
+// capturing, an external event record node, which records at each launch.
+static void record_outside(cudaEvent_t event, cudaStream_t stream) {
+    cudaCheck(cudaEventRecordWithFlags(event, stream, capturing(stream) ? cudaEventRecordExternal : cudaEventRecordDefault));
 }
 
 template <typename Launches>
@@ -4093,6 +4099,9 @@ static void ordered_sum(float* dst, const float* received, size_t stride, size_t
 //                    bucket by bucket in the forward pass's order, each marked for the layer that
 //                    reads it (dp_wait_bucket), the embeddings' bucket waited for at once
 //   dp_join          the main stream waits for everything queued on g_comm.stream
+// With the overlap, the passes' own waits for the moves (each layer's parameters in the forward,
+// the last bucket's move at the backward's end) are timed into wait_marks when a step sets
+// timing_slot (dp_time_waits), so that the exposed communication counts them (dp_waited_ms).
 struct DataParallel {
     bool overlap;  // --overlap's decision (dp_plan): the buckets' moves beside the backward and the next forward pass
     // with the overlap: the buckets, each one's messages, its parameters arrived (dp_gather)
@@ -4103,6 +4112,11 @@ struct DataParallel {
     float* received;        // the other ranks' gradients of this rank's slice: world - 1 slots of it
     cudaEvent_t handoff;    // a stream's work so far, for g_comm.stream to wait for
     cudaEvent_t joined;     // g_comm.stream's work so far, for the main stream
+    // [slot][2 * wait]: before and after wait 0..L-1 (the forward's, for buckets 0..L-1) and L (the
+    // backward's last join), for the two steps in flight; timing_slot: the slot the passes being
+    // queued record into, or -1 (not timed; part of the passes' graph keys)
+    std::vector<cudaEvent_t> wait_marks[2];
+    int timing_slot = -1;
 };
 
 static void dp_init(DataParallel* dp, size_t chunks_per_rank) {
@@ -4137,11 +4151,18 @@ static void dp_plan(DataParallel* dp, bool overlap, const size_t* param_sizes, s
     }
     dp->gathered.resize(dp->buckets.size());
     for (cudaEvent_t& event : dp->gathered) { cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+    for (std::vector<cudaEvent_t>& marks : dp->wait_marks) {
+        marks.resize(2 * dp->buckets.size());
+        for (cudaEvent_t& event : marks) { cudaCheck(cudaEventCreate(&event)); }
+    }
 }
 
 static void dp_free(DataParallel* dp) {
     device_free(dp->received);
     for (cudaEvent_t event : dp->gathered) { cudaCheck(cudaEventDestroy(event)); }
+    for (const std::vector<cudaEvent_t>& marks : dp->wait_marks) {
+        for (cudaEvent_t event : marks) { cudaCheck(cudaEventDestroy(event)); }
+    }
     cudaCheck(cudaEventDestroy(dp->handoff));
     cudaCheck(cudaEventDestroy(dp->joined));
 }
@@ -4196,9 +4217,45 @@ static void dp_gather(DataParallel* dp, float* params, size_t chunks_per_rank) {
     cudaCheck(cudaStreamWaitEvent(0, dp->gathered.back(), 0));
 }
 
+// The passes queued next record their waits into slot `slot` (0 or 1, the step's), or do not time
+// them (-1: validation, evaluation, micro-steps whose waits are already satisfied).
+static void dp_time_waits(DataParallel* dp, int slot) { dp->timing_slot = dp->wait_marks[0].empty() ? -1 : slot; }
+
+// The main stream's wait `index` (see wait_marks), between timing marks when a slot is set.
+template <typename Wait>
+static void dp_timed_wait(DataParallel* dp, size_t index, const Wait& wait) {
+    if (dp->timing_slot < 0) {
+        wait();
+        return;
+    }
+    record_outside(dp->wait_marks[dp->timing_slot][2 * index], 0);
+    wait();
+    record_outside(dp->wait_marks[dp->timing_slot][2 * index + 1], 0);
+}
+
 // The forward pass's main stream waits for bucket k's parameters (dp_gather, with the overlap).
-static void dp_wait_bucket(const DataParallel* dp, size_t k) {
-    if (g_comm.world > 1 && dp->overlap) { stream_waits_outside(0, dp->gathered[k]); }
+static void dp_wait_bucket(DataParallel* dp, size_t k) {
+    if (g_comm.world > 1 && dp->overlap) {
+        dp_timed_wait(dp, k, [&] { stream_waits_outside(0, dp->gathered[k]); });
+    }
+}
+
+// The backward pass's end (with the overlap): the main stream joins the moves, the last bucket's
+// among them.
+static void dp_join_moves(DataParallel* dp) {
+    dp_timed_wait(dp, dp->buckets.size() - 1, [&] { dp_join(dp); });
+}
+
+// The milliseconds the passes of the step in `slot` waited for the moves (its events are done).
+static double dp_waited_ms(const DataParallel* dp, int slot) {
+    double total = 0.0;
+    const std::vector<cudaEvent_t>& marks = dp->wait_marks[slot];
+    for (size_t i = 0; i + 1 < marks.size(); i += 2) {
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]));
+        total += ms;
+    }
+    return total;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -4731,7 +4788,8 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     model->grads_pending = with_grads;
     uint32_t weight_bits;
     memcpy(&weight_bits, &loss_weight, sizeof(weight_bits));
-    GraphKey key = {0, B, T, targets != nullptr, weight_bits, with_grads ? (int64_t)model->grads.wte : 0};
+    GraphKey key = {0, B, T, targets != nullptr, weight_bits, with_grads ? (int64_t)model->grads.wte : 0,
+                    model->dp.timing_slot};
     model->graphs.run(key, [&] {
         gpt2_forward_layers(model, B, T);
         classifier_forward(model, targets != nullptr, with_grads, loss_weight);
@@ -4882,7 +4940,7 @@ static void gpt2_backward_launches(GPT2* model) {
                      model->bucket_tokens, model->bucket_starts, model->bucket_positions, model->bucket_groups,
                      model->group_bounds, B, T, c->max_seq_len, C);  // dbt4c (4 B*T*C floats) holds the partials
     bucket_done(L);
-    if (sends) { dp_join(&model->dp); }
+    if (sends) { dp_join_moves(&model->dp); }
 }
 
 // Backward pass of the last forward (which must have computed the classifier's gradients, and
@@ -4892,7 +4950,7 @@ static void gpt2_backward(GPT2* model) {
     if (!model->grads_pending) { fail("gpt2_backward: the last forward pass did not compute gradients"); }
     model->grads_pending = false;
     bool sends = dp_sends_buckets(&model->dp, model->last_micro);  // the moves are part of the graph
-    GraphKey key = {1, model->B, model->T, (int64_t)model->grads.wte, sends, 0};
+    GraphKey key = {1, model->B, model->T, (int64_t)model->grads.wte, sends, 0, model->dp.timing_slot};
     model->graphs.run(key, [&] { gpt2_backward_launches(model); });
 }
 
@@ -5425,7 +5483,8 @@ static void table_row(std::string* table, const char* name, const char* fmt, ...
 
 // Device time of the phases of the steps so far: events around each forward, backward and update,
 // and around the update's waits for communication (several GPUs), one set for each of the two
-// steps in flight (slots 0 and 1).
+// steps in flight (slots 0 and 1). exposed_comm_ms adds, with the overlap, the passes' own waits
+// for the moves (DataParallel's wait_marks).
 struct PhaseTimes {
     std::vector<cudaEvent_t> marks[2];  // start, then after each forward and backward, then after the update
     std::vector<cudaEvent_t> comm_marks[2];  // gpt2_update's comm_marks (several GPUs)
@@ -5733,11 +5792,16 @@ static void run_step(Run* run, int step) {
     gpt2_reset_loss(model);
     for (int micro = 0; micro < run->micro_steps; micro++) {
         if (!r->overfit_single_batch || (step == 0 && micro == 0)) { dataloader_next_batch(&run->train_loader); }
-        gpt2_begin_micro_step(model, micro, micro == run->micro_steps - 1);
+        bool last = micro == run->micro_steps - 1;
+        gpt2_begin_micro_step(model, micro, last);
+        // the waits for the moves: the first forward's (the parameters), the last backward's (its sends)
+        dp_time_waits(&model->dp, micro == 0 ? slot : -1);
         gpt2_forward(model, run->train_loader.inputs, run->train_loader.targets, r->B, r->T,
                      1.0f / r->micro_batches, true);
         cudaCheck(cudaEventRecord(marks[2 * micro + 1]));
+        dp_time_waits(&model->dp, last ? slot : -1);
         gpt2_backward(model);
+        dp_time_waits(&model->dp, -1);
         gpt2_end_micro_step(model);
         cudaCheck(cudaEventRecord(marks[2 * micro + 2]));
     }
@@ -5788,6 +5852,7 @@ static void run_report(Run* run) {
         run->timed_seconds += seconds;
         run->timed_steps++;
         phase_times_add(&run->phases, slot);
+        if (!run->model.dp.wait_marks[slot].empty()) { run->phases.exposed_comm_ms += dp_waited_ms(&run->model.dp, slot); }
     }
     double mean_seconds = run->timed_steps > 0 ? run->timed_seconds / run->timed_steps : seconds;
     double peak = run->peak_tflops * 1e12 * g_comm.world;
