@@ -1277,32 +1277,49 @@ __device__ __forceinline__ int2 gemm_tile_origin(int tile, int row_tiles, int co
 }
 
 // 64 rows x COLS of a consumer warpgroup's accumulator (the fragment of "Hopper primitives") + bias
-// into out at (row0, col0) through TMA stores: per 64 columns, the values are written into staging
-// (two 128-byte-swizzled panels, the swizzle sparing shared memory's banks), then one thread stores
-// both panels and goes on; before the next chunk is written that thread waits until the last store
-// has read the buffer. TMA leaves out what lies outside out (edge tiles).
-template <int COLS>
-__device__ __forceinline__ void gemm_store_tma(const CUtensorMap* out_map, const float* bias, float* staging,
-                                               const float acc[COLS / 2], int row0, int col0, int N, int barrier_id) {
+// into out at (row0, col0) through TMA stores, with GELU their GELU into gelu_out as well. Per chunk
+// the values are written into staging (two 128-byte-swizzled 32-column panels, the swizzle sparing
+// shared memory's banks), then one thread stores both panels and goes on; before the next chunk is
+// written that thread waits until the last store has read the buffer. A chunk is 64 columns of out,
+// or with GELU 32: panel 0 then holds out's and panel 1 their GELU, computed from panel 0 element by
+// element in a rolled loop (one tanhf in the code rather than one per register). TMA leaves out what
+// lies outside out (edge tiles).
+template <int COLS, bool GELU>
+__device__ __forceinline__ void gemm_store_tma(const CUtensorMap* out_map, const CUtensorMap* gelu_map,
+                                               const float* bias, float* staging, const float acc[COLS / 2], int row0,
+                                               int col0, int N, int barrier_id) {
+    constexpr int CHUNK_COLS = GELU ? 32 : 64, PANEL_FLOATS = 64 * 32;
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, row = 16 * (threadIdx.x % 128 / 32) + g;
     bool leader = threadIdx.x % 128 == 0;
 #pragma unroll
-    for (int chunk = 0; chunk < COLS / GEMM_STORE_COLS; chunk++) {
+    for (int chunk = 0; chunk < COLS / CHUNK_COLS; chunk++) {
         if (leader) { bulk_wait_read(); }
         named_barrier(barrier_id, 128);
 #pragma unroll
-        for (int n = 0; n < GEMM_STORE_COLS / 8; n++) {
-            int c = 8 * n + 2 * q, col = col0 + chunk * GEMM_STORE_COLS + c, i = 4 * (chunk * GEMM_STORE_COLS / 8 + n);
+        for (int n = 0; n < CHUNK_COLS / 8; n++) {
+            int c = 8 * n + 2 * q, col = col0 + chunk * CHUNK_COLS + c, i = 4 * (chunk * CHUNK_COLS / 8 + n);
             float2 b = bias != nullptr && col < N ? *(const float2*)(bias + col) : make_float2(0.0f, 0.0f);
             *(float2*)(staging + panel_offset(row, c, 64)) = make_float2(acc[i] + b.x, acc[i + 1] + b.y);
             *(float2*)(staging + panel_offset(row + 8, c, 64)) = make_float2(acc[i + 2] + b.x, acc[i + 3] + b.y);
         }
+        if constexpr (GELU) {
+            named_barrier(barrier_id, 128);
+#pragma unroll 1
+            for (int i = threadIdx.x % 128; i < PANEL_FLOATS / 4; i += 128) {
+                float4 x = ((const float4*)staging)[i];
+                ((float4*)(staging + PANEL_FLOATS))[i] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+            }
+        }
         fence_proxy_async();  // the writes, visible to the copy engine
         named_barrier(barrier_id, 128);
         if (leader) {
-            int col = col0 + chunk * GEMM_STORE_COLS;
+            int col = col0 + chunk * CHUNK_COLS;
             tma_store_2d(out_map, col, row0, staging);
-            tma_store_2d(out_map, col + 32, row0, staging + 64 * 32);
+            if (GELU) {
+                tma_store_2d(gelu_map, col, row0, staging + PANEL_FLOATS);
+            } else {
+                tma_store_2d(out_map, col + 32, row0, staging + PANEL_FLOATS);
+            }
             bulk_commit();
         }
     }
@@ -1341,9 +1358,11 @@ __device__ __forceinline__ void gemm_produce(float* stages, uint64_t* loaded, ui
     }
 }
 
+template <bool GELU>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid_constant__ CUtensorMap a_map,
                                                                     const __grid_constant__ CUtensorMap b_map,
                                                                     const __grid_constant__ CUtensorMap out_map,
+                                                                    const __grid_constant__ CUtensorMap gelu_map,
                                                                     const float* bias, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int STAGE_FLOATS = gemm_stage_floats(GEMM_TILE_N);
@@ -1396,8 +1415,9 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
         wgmma_wait_all();
         mbarrier_arrive(&consumed[(first + k_tiles - 1) % GEMM_STAGES]);
         pin_registers<GEMM_TILE_N>(&acc[0][0]);
-        gemm_store_tma<GEMM_TILE_N>(&out_map, bias, staged, acc[0], origin.x, origin.y, N, 1 + consumer);
-        gemm_store_tma<GEMM_TILE_N>(&out_map, bias, staged, acc[1], origin.x + 64, origin.y, N, 1 + consumer);
+        gemm_store_tma<GEMM_TILE_N, GELU>(&out_map, &gelu_map, bias, staged, acc[0], origin.x, origin.y, N, 1 + consumer);
+        gemm_store_tma<GEMM_TILE_N, GELU>(&out_map, &gelu_map, bias, staged, acc[1], origin.x + 64, origin.y, N,
+                                          1 + consumer);
     }
     if (threadIdx.x % 128 == 0) { bulk_wait_all(); }
 #endif
@@ -1406,30 +1426,52 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
 // Whether gemm_tf32 can take out (M, N) = a (M, K) b (N, K)^T here: the sm_90a code on a Hopper GPU
 // in TF32 mode (-f 1), its shared memory allowed, and rows TMA can address (N and K multiples of 4,
 // 16-byte aligned bases).
-static bool gemm_tf32_fits(const float* out, const float* a, const float* b, int N, int K) {
+static bool gemm_tf32_fits(const float* out, const float* gelu_out, const float* a, const float* b, int N, int K) {
+    uint64_t second = (uint64_t)(gelu_out != nullptr ? gelu_out : out);
     return g_wgmma && g_precision == MATMUL_TF32 && g_shared_limit >= gemm_shared_bytes(GEMM_STAGES, GEMM_TILE_N) &&
-           N % 4 == 0 && K % 4 == 0 && common_alignment({(uint64_t)out, (uint64_t)a, (uint64_t)b}) >= 16;
+           N % 4 == 0 && K % 4 == 0 && common_alignment({(uint64_t)out, second, (uint64_t)a, (uint64_t)b}) >= 16;
 }
 
-static void gemm_tf32(float* out, const float* a, const float* b, const float* bias, int M, int N, int K,
-                      cudaStream_t stream = 0) {
+// out = a b^T + bias (bias optional), and with gelu_out (same layout as out) gelu_out = GELU(out).
+static void gemm_tf32(float* out, float* gelu_out, const float* a, const float* b, const float* bias, int M, int N,
+                      int K, cudaStream_t stream = 0) {
     constexpr size_t shared = gemm_shared_bytes(GEMM_STAGES, GEMM_TILE_N);
     static bool configured = false;
     if (!configured) {
-        cudaCheck(cudaFuncSetAttribute(gemm_tf32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+        for (const void* kernel : {(const void*)gemm_tf32_kernel<false>, (const void*)gemm_tf32_kernel<true>}) {
+            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+        }
         configured = true;
     }
     CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE_M), b_map = tensor_map_panels(b, N, K, K, GEMM_TILE_N);
     CUtensorMap out_map = tensor_map_panels(out, M, N, N, 64);
+    CUtensorMap gelu_map = gelu_out != nullptr ? tensor_map_panels(gelu_out, M, N, N, 64) : out_map;
     unsigned int tiles = ceil_div(M, GEMM_TILE_M) * ceil_div(N, GEMM_TILE_N);
-    gemm_tf32_kernel<<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared, stream>>>(a_map, b_map, out_map,
-                                                                                                bias, M, N, K);
+    unsigned int grid = std::min(tiles, (unsigned int)g_num_sms);
+    if (gelu_out != nullptr) {
+        gemm_tf32_kernel<true><<<grid, GEMM_THREADS, shared, stream>>>(a_map, b_map, out_map, gelu_map, bias, M, N, K);
+    } else {
+        gemm_tf32_kernel<false><<<grid, GEMM_THREADS, shared, stream>>>(a_map, b_map, out_map, gelu_map, bias, M, N, K);
+    }
     cudaCheck(cudaGetLastError());
 }
 
 // Linear layer forward: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias optional.
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
     matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
+}
+
+// The fc layer and its GELU: fch (N, OC) = inp (N, C) @ weight (OC, C)^T + bias, fch_gelu = GELU(fch):
+// our GEMM with the GELU in its epilogue where it fits (faster in the lab than the two passes), else
+// cuBLASLt and gelu_forward.
+static void fc_forward(float* fch, float* fch_gelu, const float* inp, const float* weight, const float* bias, int N,
+                       int C, int OC) {
+    if (gemm_tf32_fits(fch, fch_gelu, inp, weight, OC, C)) {
+        gemm_tf32(fch, fch_gelu, inp, weight, bias, N, OC, C);
+    } else {
+        matmul_forward(fch, inp, weight, bias, N, C, OC);
+        gelu_forward(fch_gelu, fch, (size_t)N * OC);
+    }
 }
 
 // A generation step's linear layers have N <= FEW_ROWS_MAX rows (one per completion): their time
@@ -4662,8 +4704,8 @@ static void lm_head_dlnf(float* dlnf, float* partials, const float* wte_t, const
 // logits_t (Vp, rows) = wte (Vp, C) @ lnf^T: our GEMM where it fits (it beats cuBLASLt at this
 // shape in the lab), else cuBLASLt.
 static void lm_head_logits(float* logits_t, const float* wte, const float* lnf, int rows, int C, int Vp) {
-    if (gemm_tf32_fits(logits_t, wte, lnf, rows, C)) {
-        gemm_tf32(logits_t, wte, lnf, nullptr, Vp, rows, C);
+    if (gemm_tf32_fits(logits_t, nullptr, wte, lnf, rows, C)) {
+        gemm_tf32(logits_t, nullptr, wte, lnf, nullptr, Vp, rows, C);
     } else {
         matmul(logits_t, lnf, wte, nullptr, rows, Vp, C, true, false, 1.0f, 0.0f);
     }
@@ -4741,8 +4783,7 @@ static void gpt2_forward_layers(GPT2* model, int B, int T) {
         matmul_forward(a.dbtc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C);
         layernorm_forward(a.ln, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, layer_residual2(model, l), residual,
                           a.dbtc, p.ln2w + l * C, p.ln2b + l * C, BT, C);
-        matmul_forward(fch, a.ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C);
-        gelu_forward(a.fch_gelu, fch, 4 * btc);
+        fc_forward(fch, a.fch_gelu, a.ln, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C);
         matmul_forward(a.dbtc, a.fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C);
     }
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + (L - 1) * btc, layer_residual2(model, L - 1),
@@ -5603,8 +5644,9 @@ static std::string run_config_table(const Run* run, int val_B) {
     table_row(&table, "gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
     table_row(&table, "matmul precision", "%s%s", precision_name(g_precision),
               g_tf32_cores ? "" : ", every -f: no TF32 tensor cores in this GPU or build");
-    bool lm_head_ours = gemm_tf32_fits(nullptr, nullptr, nullptr, 4, c->channels);
-    table_row(&table, "matrix products", "cuBLASLt%s", lm_head_ours ? "; the LM head's logits: gemm_tf32 (TMA, wgmma)" : "");
+    bool ours = gemm_tf32_fits(nullptr, nullptr, nullptr, nullptr, 4, c->channels);
+    table_row(&table, "matrix products", "cuBLASLt%s",
+              ours ? "; fc + GELU and the LM head's logits: gemm_tf32 (TMA, wgmma)" : "");
     std::string attention_path = flash_path_name(c->channels / c->num_heads, g_precision != MATMUL_TF32);
     table_row(&table, "attention kernels", "%s", attention_path.c_str());
     table_row(&table, "seed", "%llu", (unsigned long long)r->seed);

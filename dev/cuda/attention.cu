@@ -556,21 +556,6 @@ struct FlashBackwardWgmmaDkdv {
 constexpr int PP_STAGES = 3;
 constexpr int PP_THREADS = 3 * 128;
 
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-    asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}" ::"r"(shared_address(bar))
-                 : "memory");
-}
-// Waits until the barrier's phase of the given parity (0 for its first phase, 1 for the second, ...) completes.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned int parity) {
-    asm volatile(
-        "{\n.reg .pred done;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n}" ::"r"(shared_address(bar)),
-        "r"(parity)
-        : "memory");
-}
 template <int N>
 __device__ __forceinline__ void cp_async_wait_pending() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void wgmma_wait_newest() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
@@ -842,8 +827,6 @@ __device__ __forceinline__ void bulk_add(float* dst, const float* src, int bytes
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
                  "r"((uint32_t)__cvta_generic_to_shared(src)), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 constexpr int FUSED_QUERIES = 64;                   // queries per tile = FLASH_ROWS: one tile per dQ block

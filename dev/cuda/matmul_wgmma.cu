@@ -2,15 +2,16 @@
 Kernel lab: our Hopper GEMM against cuBLASLt. gemm_tf32 is the trainer's (its "Matrix products"
 section: TMA loads into a ring of shared-memory stages, a producer warpgroup, two consumer
 warpgroups taking turns on wgmma over 128 x 192 tiles, TMA stores; sm_90a), which the trainer runs
-for the LM head's logits; gemm_tf32_wide is this file's (cooperative 128 x 256 tiles). Shapes:
-out (M, N) = inp (M, K) @ weight (N, K)^T + bias for the trainer's linear layers (qkv, attproj,
-fc, fcproj, the LM head, and its logits as the trainer lays them out, Vp x B*T) at d12 (B = 4 and
+for the LM head's logits and for fc with the GELU in its epilogue; gemm_tf32_wide is this file's
+(cooperative 128 x 256 tiles). Shapes: out (M, N) = inp (M, K) @ weight (N, K)^T + bias for the
+trainer's linear layers (qkv, attproj, fc, fc + GELU (against cuBLASLt then gelu_forward, the
+trainer's other path), fcproj, the LM head, and its logits as the trainer lays them out, Vp x B*T) at d12 (B = 4 and
 16), d24 (B = 16) and d48 (B = 8); the backward's products in the same form, as the trainer's
 transposed copies give them (the LM head's input gradient, K = Vp, and the weight gradients,
 K = B*T); odd shapes (M and N not multiples of the tiles, K = 772, the unpadded vocabulary).
 
   variant 1  cuBLASLt, TF32, bias epilogue (the trainer's matmul_forward)
-  variant 2  gemm_tf32, the trainer's (N and K multiples of 4)
+  variant 2  gemm_tf32, the trainer's (N and K multiples of 4), with the GELU in its epilogue for fc + GELU
   variant 3  gemm_tf32_wide: tiles of 128 x 256, both consumers on each tile, TMA stores
 
   ./matmul_wgmma [variant ...]
@@ -115,8 +116,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
         wgmma_wait_all();
         mbarrier_arrive(&consumed[(first + k_tiles - 1) % STAGES]);
         pin_registers<GEMM_WIDE_N / 2>(acc);
-        gemm_store_tma<GEMM_WIDE_N>(&out_map, bias, staging + consumer * GEMM_STAGING_FLOATS, acc,
-                                    origin.x + 64 * consumer, origin.y, N, 1 + consumer);
+        gemm_store_tma<GEMM_WIDE_N, false>(&out_map, nullptr, bias, staging + consumer * GEMM_STAGING_FLOATS, acc,
+                                           origin.x + 64 * consumer, origin.y, N, 1 + consumer);
     }
     if (threadIdx.x % 128 == 0) { bulk_wait_all(); }
 #endif
@@ -158,31 +159,40 @@ struct Shape {
     std::string name;
     int M, N, K;
     bool has_bias;
+    bool gelu = false;  // also GELU(out) into gelu_out (the fc layer)
 };
 
 struct Buffers {
-    float *out, *inp, *weight, *bias;
+    float *out, *gelu_out, *inp, *weight, *bias;
 };
 
-// Ours store through TMA: rows of out and of the operands 16-byte aligned.
-static bool runs_on(int variant, const Shape& s) { return variant == 1 || (s.N % 4 == 0 && s.K % 4 == 0); }
+// Ours store through TMA: rows of out and of the operands 16-byte aligned. The wide form has no GELU.
+static bool runs_on(int variant, const Shape& s) {
+    return variant == 1 || (s.N % 4 == 0 && s.K % 4 == 0 && (variant == 2 || !s.gelu));
+}
 
+// Variant 1 with GELU is the trainer's other fc_forward path: cuBLASLt, then gelu_forward.
 static void launch_variant(int variant, const Buffers& d, const Shape& s) {
     const float* bias = s.has_bias ? d.bias : nullptr;
+    float* gelu_out = s.gelu ? d.gelu_out : nullptr;
     if (variant == 1) {
         matmul_forward(d.out, d.inp, d.weight, bias, s.M, s.K, s.N);
+        if (s.gelu) { gelu_forward(gelu_out, d.out, (size_t)s.M * s.N); }
     } else if (variant == 2) {
-        gemm_tf32(d.out, d.inp, d.weight, bias, s.M, s.N, s.K);
+        gemm_tf32(d.out, gelu_out, d.inp, d.weight, bias, s.M, s.N, s.K);
     } else {
         gemm_tf32_wide<4>(d.out, d.inp, d.weight, bias, s.M, s.N, s.K);
     }
 }
 
-// Max relative error of out against the CPU (linear_check); infinite if any element is not finite.
+// Max relative error of out (and of gelu_out) against the CPU (linear_check); infinite if any
+// element is not finite.
 static double check_variant(const Buffers& d, const Shape& s, int variant) {
-    LinearCheck check = linear_check(d.inp, d.weight, s.has_bias ? d.bias : nullptr, d.out, nullptr, s.M, s.N, s.K,
-                                     [&] { launch_variant(variant, d, s); });
-    return check.finite ? error_value(check.out) : INFINITY;
+    LinearCheck check = linear_check(d.inp, d.weight, s.has_bias ? d.bias : nullptr, d.out,
+                                     s.gelu ? d.gelu_out : nullptr, s.M, s.N, s.K, [&] { launch_variant(variant, d, s); });
+    double error = error_value(check.out);
+    if (s.gelu) { error = std::max(error, error_value(check.gelu)); }
+    return check.finite ? error : INFINITY;
 }
 
 static std::map<std::string, std::map<int, double>> g_times;  // shape -> variant -> ms
@@ -193,8 +203,13 @@ static void run_shape(const Buffers& d, const Shape& s, int variant) {
     double error = check_variant(d, s, variant);
     size_t n_out = (size_t)s.M * s.N;
     Launch launch = [&] { launch_variant(variant, d, s); };
-    Launch poison_out = [&] { poison(d.out, n_out); };
-    Determinism det = deterministic(launch, poison_out, {{d.out, n_out}});
+    Launch poison_outputs = [&] {
+        poison(d.out, n_out);
+        if (s.gelu) { poison(d.gelu_out, n_out); }
+    };
+    std::vector<Output> outputs = {{d.out, n_out}};
+    if (s.gelu) { outputs.push_back({d.gelu_out, n_out}); }
+    Determinism det = deterministic(launch, poison_outputs, outputs);
     double ms = bench_ms(launch);
     g_times[s.name][variant] = ms;
     char name[128];
@@ -212,6 +227,7 @@ static void add_layers(std::vector<Shape>* shapes, const char* model, int B, int
     shapes->push_back({p + "qkv", M, 3 * C, C, true});
     shapes->push_back({p + "attproj", M, C, C, true});
     shapes->push_back({p + "fc", M, 4 * C, C, true});
+    shapes->push_back({p + "fc + gelu", M, 4 * C, C, true, true});
     shapes->push_back({p + "fcproj", M, C, 4 * C, true});
     shapes->push_back({p + "lm head", M, LAB_VP, C, false});
     shapes->push_back({p + "lm head logits_t", LAB_VP, M, C, false});  // the trainer's orientation
@@ -232,7 +248,8 @@ int main(int argc, char** argv) {
     }
     std::vector<Shape> shapes = {{"odd 1000x1001x772", 1000, 1001, 772, true},
                                  {"odd 333x50257x768", 333, LAB_V, 768, false},
-                                 {"odd 1000x1004x772", 1000, 1004, 772, true}};
+                                 {"odd 1000x1004x772", 1000, 1004, 772, true},
+                                 {"odd 1000x1004x772 + gelu", 1000, 1004, 772, true, true}};
     add_layers(&shapes, "d12", 4, 768);
     add_layers(&shapes, "d12", 16, 768);
     add_layers(&shapes, "d24", 16, 1024);
@@ -244,7 +261,8 @@ int main(int argc, char** argv) {
         max_weight = std::max(max_weight, (size_t)s.N * s.K);
         max_n = std::max(max_n, (size_t)s.N);
     }
-    Buffers d = {gpu_floats(max_out), gpu_floats(max_inp), gpu_floats(max_weight), gpu_floats(max_n)};
+    Buffers d = {gpu_floats(max_out), gpu_floats(max_out), gpu_floats(max_inp), gpu_floats(max_weight),
+                 gpu_floats(max_n)};
     for (const Shape& s : shapes) {
         for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
             if (variant_selected(variant) && runs_on(variant, s)) { run_shape(d, s, variant); }
