@@ -901,7 +901,9 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int col, in
                  ::"l"(map), "r"(col), "r"(row), "r"(shared_address(src)) : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read_all_but_last() {
+    asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+}
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 // A barrier of `threads` threads on hardware barrier `id` (1-15; 0 is __syncthreads').
@@ -1255,17 +1257,16 @@ constexpr int GEMM_TILE_M = 128, GEMM_TILE_N = 192;
 constexpr int GEMM_STAGES = 4;
 constexpr int GEMM_THREADS = 384;      // the producer warpgroup, then the two consumers
 constexpr int GEMM_GROUP_ROWS = 16;    // row tiles per group of the raster
-constexpr int GEMM_STORE_COLS = 64;    // columns of out a consumer stages per TMA store (two 32-column panels)
-constexpr int GEMM_STAGING_FLOATS = 64 * GEMM_STORE_COLS;  // a consumer's staging buffer
+constexpr int GEMM_STAGING_FLOATS = 64 * 64;  // a staging buffer: two 32-column panels of 64 rows
 
 // A stage of tiles of GEMM_TILE_M x tile_n: a's panel, then b's.
 __host__ __device__ constexpr int gemm_stage_floats(int tile_n) { return (GEMM_TILE_M + tile_n) * 32; }
 
 // The dynamic shared memory of a ring of `stages` for tiles tile_n wide: the stages, the consumers'
-// staging buffers, the barriers, 1 KB for the alignment.
+// two staging buffers each, the barriers, 1 KB for the alignment.
 constexpr size_t gemm_shared_bytes(int stages, int tile_n) {
     return (size_t)stages * (gemm_stage_floats(tile_n) * sizeof(float) + 2 * sizeof(uint64_t)) +
-           2 * sizeof(uint64_t) + 2 * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
+           2 * sizeof(uint64_t) + 4 * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
 }
 
 // The first row and column of out of tile `tile` (GEMM_TILE_M x tile_n) in the grouped raster.
@@ -1278,22 +1279,24 @@ __device__ __forceinline__ int2 gemm_tile_origin(int tile, int row_tiles, int co
 
 // 64 rows x COLS of a consumer warpgroup's accumulator (the fragment of "Hopper primitives") + bias
 // into out at (row0, col0) through TMA stores, with GELU their GELU into gelu_out as well. Per chunk
-// the values are written into staging (two 128-byte-swizzled 32-column panels, the swizzle sparing
-// shared memory's banks), then one thread stores both panels and goes on; before the next chunk is
-// written that thread waits until the last store has read the buffer. A chunk is 64 columns of out,
-// or with GELU 32: panel 0 then holds out's and panel 1 their GELU, computed from panel 0 element by
-// element in a rolled loop (one tanhf in the code rather than one per register). TMA leaves out what
-// lies outside out (edge tiles).
+// the values are written into one of the consumer's two staging buffers in turn (`staged` counts
+// the chunks; a buffer is two 128-byte-swizzled 32-column panels, the swizzle sparing shared
+// memory's banks), then one thread stores both panels and goes on; before a buffer is written
+// again that thread waits until the store of two chunks before has read it. A chunk is 64 columns
+// of out, or with GELU 32: panel 0 then holds out's and panel 1 their GELU, computed from panel 0
+// element by element in a rolled loop (one tanhf in the code rather than one per register). TMA
+// leaves out what lies outside out (edge tiles).
 template <int COLS, bool GELU>
 __device__ __forceinline__ void gemm_store_tma(const CUtensorMap* out_map, const CUtensorMap* gelu_map,
-                                               const float* bias, float* staging, const float acc[COLS / 2], int row0,
-                                               int col0, int N, int barrier_id) {
+                                               const float* bias, float* staging_buffers, int& staged,
+                                               const float acc[COLS / 2], int row0, int col0, int N, int barrier_id) {
     constexpr int CHUNK_COLS = GELU ? 32 : 64, PANEL_FLOATS = 64 * 32;
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, row = 16 * (threadIdx.x % 128 / 32) + g;
     bool leader = threadIdx.x % 128 == 0;
 #pragma unroll
-    for (int chunk = 0; chunk < COLS / CHUNK_COLS; chunk++) {
-        if (leader) { bulk_wait_read(); }
+    for (int chunk = 0; chunk < COLS / CHUNK_COLS; chunk++, staged++) {
+        float* staging = staging_buffers + (staged & 1) * GEMM_STAGING_FLOATS;
+        if (leader) { bulk_wait_read_all_but_last(); }
         named_barrier(barrier_id, 128);
 #pragma unroll
         for (int n = 0; n < CHUNK_COLS / 8; n++) {
@@ -1369,8 +1372,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     static_assert(GEMM_STAGES > 2, "a consumer's main loop starts while the other's last two stages may be in use");
     extern __shared__ float shared_raw[];
     float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
-    float* staging = stages + GEMM_STAGES * STAGE_FLOATS;    // [consumer][GEMM_STAGING_FLOATS]
-    uint64_t* loaded = (uint64_t*)(staging + 2 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
+    float* staging = stages + GEMM_STAGES * STAGE_FLOATS;    // [consumer][2][GEMM_STAGING_FLOATS]
+    uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + GEMM_STAGES;    // [STAGES]: the MMAs reading the stage are done
     uint64_t* turn_done = consumed + GEMM_STAGES; // [consumer]: its main loop of a tile has issued every MMA
     int row_tiles = ceil_div(M, GEMM_TILE_M), col_tiles = ceil_div(N, GEMM_TILE_N);
@@ -1388,7 +1391,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     }
     warpgroup_registers_raise<232>();
     int consumer = threadIdx.x / 128 - 1;
-    float* staged = staging + consumer * GEMM_STAGING_FLOATS;
+    float* staging_buffers = staging + 2 * consumer * GEMM_STAGING_FLOATS;
+    int staged = 0;  // chunks this consumer has staged
     // the CTA's j-th tile is consumer j % 2's; its stages are the ring's j * k_tiles onwards
     for (int j = consumer, tile = blockIdx.x + consumer * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
         int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, GEMM_TILE_N);
@@ -1415,9 +1419,10 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
         wgmma_wait_all();
         mbarrier_arrive(&consumed[(first + k_tiles - 1) % GEMM_STAGES]);
         pin_registers<GEMM_TILE_N>(&acc[0][0]);
-        gemm_store_tma<GEMM_TILE_N, GELU>(&out_map, &gelu_map, bias, staged, acc[0], origin.x, origin.y, N, 1 + consumer);
-        gemm_store_tma<GEMM_TILE_N, GELU>(&out_map, &gelu_map, bias, staged, acc[1], origin.x + 64, origin.y, N,
-                                          1 + consumer);
+        gemm_store_tma<GEMM_TILE_N, GELU>(&out_map, &gelu_map, bias, staging_buffers, staged, acc[0], origin.x,
+                                          origin.y, N, 1 + consumer);
+        gemm_store_tma<GEMM_TILE_N, GELU>(&out_map, &gelu_map, bias, staging_buffers, staged, acc[1], origin.x + 64,
+                                          origin.y, N, 1 + consumer);
     }
     if (threadIdx.x % 128 == 0) { bulk_wait_all(); }
 #endif

@@ -12,7 +12,7 @@ K = B*T); odd shapes (M and N not multiples of the tiles, K = 772, the unpadded 
 
   variant 1  cuBLASLt, TF32, bias epilogue (the trainer's matmul_forward)
   variant 2  gemm_tf32, the trainer's (N and K multiples of 4), with the GELU in its epilogue for fc + GELU
-  variant 3  gemm_tf32_wide: tiles of 128 x 256, both consumers on each tile, TMA stores
+  variant 3  gemm_tf32_wide: tiles of 128 x 256, both consumers on each tile, TMA stores, 3 stages
 
   ./matmul_wgmma [variant ...]
 
@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
     extern __shared__ float shared_raw[];
     float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
     constexpr int STAGE_FLOATS = gemm_stage_floats(GEMM_WIDE_N);
-    float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][GEMM_STAGING_FLOATS]
-    uint64_t* loaded = (uint64_t*)(staging + 2 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
+    float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][2][GEMM_STAGING_FLOATS]
+    uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
     int row_tiles = ceil_div(M, GEMM_TILE_M), col_tiles = ceil_div(N, GEMM_WIDE_N);
     int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
         return;
     }
     warpgroup_registers_raise<232>();
-    int consumer = threadIdx.x / 128 - 1;
+    int consumer = threadIdx.x / 128 - 1, staged = 0;
     for (int j = 0, tile = blockIdx.x; tile < tiles; j++, tile += gridDim.x) {
         int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, GEMM_WIDE_N);
         float acc[GEMM_WIDE_N / 2] = {};  // rows 64 * consumer onwards
@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
         wgmma_wait_all();
         mbarrier_arrive(&consumed[(first + k_tiles - 1) % STAGES]);
         pin_registers<GEMM_WIDE_N / 2>(acc);
-        gemm_store_tma<GEMM_WIDE_N, false>(&out_map, nullptr, bias, staging + consumer * GEMM_STAGING_FLOATS, acc,
-                                           origin.x + 64 * consumer, origin.y, N, 1 + consumer);
+        gemm_store_tma<GEMM_WIDE_N, false>(&out_map, nullptr, bias, staging + 2 * consumer * GEMM_STAGING_FLOATS,
+                                           staged, acc, origin.x + 64 * consumer, origin.y, N, 1 + consumer);
     }
     if (threadIdx.x % 128 == 0) { bulk_wait_all(); }
 #endif
@@ -148,7 +148,7 @@ constexpr const char* VARIANT_NAMES[] = {
     nullptr,
     "1 cuBLASLt TF32 + bias (matmul_forward)",
     "2 gemm_tf32 (the trainer's: 128 x 192, TMA stores)",
-    "3 gemm_tf32_wide (128 x 256, cooperative, TMA stores)",
+    "3 gemm_tf32_wide (128 x 256, cooperative, TMA stores, 3 stages)",
 };
 
 // Relative to max |out|: both operands read as TF32 (10 mantissa bits; the tensor cores drop the
@@ -181,7 +181,7 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
     } else if (variant == 2) {
         gemm_tf32(d.out, gelu_out, d.inp, d.weight, bias, s.M, s.N, s.K);
     } else {
-        gemm_tf32_wide<4>(d.out, d.inp, d.weight, bias, s.M, s.N, s.K);
+        gemm_tf32_wide<3>(d.out, d.inp, d.weight, bias, s.M, s.N, s.K);
     }
 }
 
