@@ -9,7 +9,8 @@
 # twice, bit-identical; at hs 128 and T = 200 (a multiple of no tile) the same runs of the compute_75
 # build and under the 99 KB cap. Then the lab's attention check under the 99 KB cap at hs 32, 64 and
 # 128, T = 1, 77, 130 and 200: the tensor cores (variants 2, 3: the small tiles at hs 128) and the
-# FP32 cores (variant 10). Prints its time.
+# FP32 cores (variant 10). Last, our Hopper GEMM (gemm_tf32) under compute-sanitizer's racecheck on
+# the lab's odd shapes. Prints its time.
 set -u
 cd "$(dirname "$0")/../.."
 start=$SECONDS
@@ -83,6 +84,22 @@ if [ -x dev/cuda/attention ]; then
     eval "GPT2_TEST_SHARED_KB=99 dev/cuda/attention --small 2 3 10 > '$work/lab99.log' 2>&1 || { tail -n 20 '$work/lab99.log'; false; }"
 else
   echo "SKIPPED (dev/cuda/attention not built): the lab's attention check at 99 KB"
+fi
+# Our Hopper GEMM (the trainer's gemm_tf32, for fc + GELU and the LM head's logits) under racecheck,
+# on the lab's odd shapes (edge tiles) with and without the GELU epilogue.
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x dev/cuda/matmul_wgmma ] && [ -x "$sanitizer" ]; then
+  "$sanitizer" --tool racecheck --error-exitcode 1 dev/cuda/matmul_wgmma --small 2 > "$work/gemm_racecheck.log" 2>&1
+  racecheck_status=$?
+  if grep -q '^SKIPPED' "$work/gemm_racecheck.log"; then
+    echo "SKIPPED ($(grep '^SKIPPED' "$work/gemm_racecheck.log" | sed 's/^SKIPPED: //')): gemm_tf32 under racecheck"
+  else
+    check "gemm_tf32 under racecheck (edge tiles, with and without the GELU): no hazard, every check within tolerance" \
+      eval "[ $racecheck_status -eq 0 ] && grep -q 'RACECHECK SUMMARY: 0 hazards' '$work/gemm_racecheck.log' \
+            || { tail -n 20 '$work/gemm_racecheck.log'; false; }"
+  fi
+else
+  echo "SKIPPED (dev/cuda/matmul_wgmma not built or no compute-sanitizer): gemm_tf32 under racecheck"
 fi
 echo "$passed passed, $failed failed (other paths: $((SECONDS - start)) s)"
 [ "$failed" -eq 0 ]
