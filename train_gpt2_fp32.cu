@@ -270,7 +270,8 @@ static void stream_waits_outside(cudaStream_t stream, cudaEvent_t event) {
 // The same for an event recorded by such a pass for the host to read (a timing mark): while
 // capturing, an external event record node, which records at each launch.
 static void record_outside(cudaEvent_t event, cudaStream_t stream) {
-    cudaCheck(cudaEventRecordWithFlags(event, stream, capturing(stream) ? cudaEventRecordExternal : cudaEventRecordDefault));
+    unsigned int flags = capturing(stream) ? cudaEventRecordExternal : cudaEventRecordDefault;
+    cudaCheck(cudaEventRecordWithFlags(event, stream, flags));
 }
 
 template <typename Launches>
@@ -862,7 +863,9 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* barrier, int arrivals) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(arrivals));
 }
 // The inits, visible to the copy engine (then a barrier of the block).
-__device__ __forceinline__ void mbarrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbarrier_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
@@ -946,7 +949,9 @@ static CUtensorMap tensor_map_panels(const float* base, size_t rows, size_t cols
     CUresult result = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void*)base, dims, strides, box,
                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (result != CUDA_SUCCESS) { fail("tensor map of a %zu x %zu matrix (ld %zu): error %d", rows, cols, ld, (int)result); }
+    if (result != CUDA_SUCCESS) {
+        fail("tensor map of a %zu x %zu matrix (ld %zu): error %d", rows, cols, ld, (int)result);
+    }
     return map;
 }
 
@@ -1345,8 +1350,9 @@ __device__ __forceinline__ void gemm_ring_init(uint64_t* loaded, uint64_t* consu
 // 32 panel, then b's TILE_N x 32), a slot refilled once the consumers have freed it, running ahead
 // into the next tile.
 template <int STAGES, int TILE_N>
-__device__ __forceinline__ void gemm_produce(float* stages, uint64_t* loaded, uint64_t* consumed, const CUtensorMap* a_map,
-                                             const CUtensorMap* b_map, int row_tiles, int col_tiles, int k_tiles) {
+__device__ __forceinline__ void gemm_produce(float* stages, uint64_t* loaded, uint64_t* consumed,
+                                             const CUtensorMap* a_map, const CUtensorMap* b_map, int row_tiles,
+                                             int col_tiles, int k_tiles) {
     warpgroup_registers_lower<40>();
     if (threadIdx.x != 0) { return; }
     constexpr int STAGE_FLOATS = gemm_stage_floats(TILE_N);
@@ -3415,7 +3421,8 @@ static FlashPlan flash_plan(int hs, bool split) {
         return small_chosen && fits(bytes(hs, FLASH_SMALL_TILE)) ? FLASH_SMALL_TILE : 0;
     };
     FlashPlan plan = {};
-    plan.dq_keys = tile(FLASH_DQ_KEYS, flash_small_dq_chosen(hs), [](int h, int keys) { return flash_dq_shared(h, keys); });
+    plan.dq_keys = tile(FLASH_DQ_KEYS, flash_small_dq_chosen(hs),
+                        [](int h, int keys) { return flash_dq_shared(h, keys); });
     plan.dkdv_queries = tile(flash_dkdv_queries(hs, split), flash_small_dkdv_chosen(hs, split),
                              [](int h, int queries) { return flash_dkdv_shared(h, queries); });
     plan.tensor_cores = g_tf32_cores && fits(flash_forward_shared(hs)) && plan.dq_keys > 0 && plan.dkdv_queries > 0;
@@ -5902,7 +5909,9 @@ static void run_report(Run* run) {
         run->timed_seconds += seconds;
         run->timed_steps++;
         phase_times_add(&run->phases, slot);
-        if (!run->model.dp.wait_marks[slot].empty()) { run->phases.exposed_comm_ms += dp_waited_ms(&run->model.dp, slot); }
+        if (!run->model.dp.wait_marks[slot].empty()) {
+            run->phases.exposed_comm_ms += dp_waited_ms(&run->model.dp, slot);  // the passes' own waits
+        }
     }
     double mean_seconds = run->timed_steps > 0 ? run->timed_seconds / run->timed_steps : seconds;
     double peak = run->peak_tflops * 1e12 * g_comm.world;
