@@ -1,17 +1,19 @@
 /*
 Kernel lab: our Hopper GEMM against cuBLASLt. gemm_tf32 is the trainer's (its "Matrix products"
 section: TMA loads into a ring of shared-memory stages, a producer warpgroup, two consumer
-warpgroups taking turns on wgmma over 128 x 192 tiles, TMA stores; sm_90a), which the trainer runs
-for the LM head's logits and for fc with the GELU in its epilogue; gemm_tf32_wide is this file's
-(cooperative 128 x 256 tiles). Shapes: out (M, N) = inp (M, K) @ weight (N, K)^T + bias for the
-trainer's linear layers (qkv, attproj, fc, fc + GELU (against cuBLASLt then gelu_forward, the
-trainer's other path), fcproj, the LM head, and its logits as the trainer lays them out, Vp x B*T) at d12 (B = 4 and
-16), d24 (B = 16) and d48 (B = 8); the backward's products in the same form, as the trainer's
-transposed copies give them (the LM head's input gradient, K = Vp, and the weight gradients,
-K = B*T); odd shapes (M and N not multiples of the tiles, K = 772, the unpadded vocabulary).
+warpgroups taking turns on wgmma over 128 x 192 tiles, TMA stores from two staging buffers each;
+sm_90a), which the trainer runs for the LM head's logits and for fc with the GELU in its epilogue;
+gemm_tf32_wide is this file's (cooperative 128 x 256 tiles). Shapes: out (M, N) = inp (M, K) @
+weight (N, K)^T + bias for the trainer's linear layers (qkv, attproj, fc, fc + GELU (against
+cuBLASLt then gelu_forward, the trainer's other path), fcproj, the LM head, and its logits as the
+trainer lays them out, Vp x B*T) at d12 (B = 4 and 16), d24 (B = 16) and d48 (B = 8); the
+backward's products in the same form, as the trainer's transposed copies give them (the LM head's
+input gradient, K = Vp, and the weight gradients, K = B*T); odd shapes (M and N not multiples of
+the tiles, K = 772, the unpadded vocabulary).
 
   variant 1  cuBLASLt, TF32, bias epilogue (the trainer's matmul_forward)
-  variant 2  gemm_tf32, the trainer's (N and K multiples of 4), with the GELU in its epilogue for fc + GELU
+  variant 2  gemm_tf32, the trainer's (N and K multiples of 4), with the GELU in its epilogue for
+             fc + GELU
   variant 3  gemm_tf32_wide: tiles of 128 x 256, both consumers on each tile, TMA stores, 3 stages
 
   ./matmul_wgmma [--small] [variant ...]
@@ -25,16 +27,15 @@ Each shape's launches are an NVTX range of its name, so that ncu can take one sh
 FLOPs counted: 2 M N K (the bias is not counted). The last table gives, per shape, each
 variant's time over cuBLASLt's (variant 1).
 
-Measured on an H200 (2026-11-28; README.md has the tables, the forms measured and not kept, and
-what each experiment showed): gemm_tf32 against cuBLASLt at d12 B=16 qkv / attproj / fc / fcproj
-/ LM head: 1.11 / 1.06 / 1.05 / 0.98 / 0.81-0.93; at equal locked clocks (ncu) fc is at parity
-(269 against 266 us), ours on 132 multiprocessors with the tensor pipe busy 87% of their time,
-cuBLASLt's on 120 at 95%. The weight gradients (K = B*T, as few as 72 tiles of 128 x 192 for 132
-multiprocessors) lose by 7-50%. So the trainer keeps cuBLASLt except for the LM head's logits, the
-one shape won at every model size (0.81-0.97). A build whose consumers skip their stores ran
-0.82-0.95 of cuBLASLt: the epilogue, not the MMA loop, costs what is left. The error is 6-8e-4 of
-max |out| against cuBLASLt's 2-3e-4: the tensor cores truncate what TMA brings in to TF32,
-cuBLASLt's operands come out rounded.
+Measured on an H200 (2026-11-28, session 4; README.md has every table, the forms measured and not
+kept, and what each experiment showed): gemm_tf32 against cuBLASLt at d12 B=16 qkv / attproj / fc
+/ fcproj / LM head logits: 1.08 / 1.03 / 1.03 / 0.99 / 0.91; fc + GELU against cuBLASLt then
+gelu_forward 0.93-0.95 at d12 B=16, d24 and d48 (1.03 at d12 B=4); the logits 0.91-1.00 at every
+model size. At equal locked clocks (ncu, one staging buffer) fc was at parity (269 against 266
+us). The weight gradients (K = B*T, as few as 72 tiles of 128 x 192 for 132 multiprocessors) take
+0.98-1.56 of cuBLASLt's time. So the trainer keeps cuBLASLt except for fc + GELU and the LM head's logits. The error is
+6-8e-4 of max |out| against cuBLASLt's 2-3e-4: the tensor cores truncate what TMA brings in to
+TF32, cuBLASLt's operands come out rounded.
 */
 #include "common.h"
 
@@ -192,8 +193,9 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
 // Max relative error of out (and of gelu_out) against the CPU (linear_check); infinite if any
 // element is not finite.
 static double check_variant(const Buffers& d, const Shape& s, int variant) {
+    Launch launch = [&] { launch_variant(variant, d, s); };
     LinearCheck check = linear_check(d.inp, d.weight, s.has_bias ? d.bias : nullptr, d.out,
-                                     s.gelu ? d.gelu_out : nullptr, s.M, s.N, s.K, [&] { launch_variant(variant, d, s); });
+                                     s.gelu ? d.gelu_out : nullptr, s.M, s.N, s.K, launch);
     double error = error_value(check.out);
     if (s.gelu) { error = std::max(error, error_value(check.gelu)); }
     return check.finite ? error : INFINITY;
