@@ -2061,6 +2061,24 @@ __device__ __forceinline__ void gather_rows(float out[4], const float v[2], int 
     for (int i = 0; i < 4; i++) { out[i] = warp.shfl(v[i >> 1], 4 * (transposed_row(i, q) & 7)); }
 }
 
+// The end of a forward row, the same on every path: softmax adds the partial sums of the LANES
+// neighbouring lanes that share the row (in a fixed order), writes the row's log-sum-exp to
+// lse[head_rows + row] (the first of those lanes, rows < T) and scales the output by 1 / sum; ReLU
+// (no lse) by 1 / (row + 1), the row's keys.
+template <AttentionKind KIND, int LANES>
+__device__ __forceinline__ float forward_row_scale(float* lse, size_t head_rows, float row_max, float sum, float scale,
+                                                   int row, int T, bool first_lane,
+                                                   const cg::thread_block_tile<32>& warp) {
+    if constexpr (KIND != ATTENTION_SOFTMAX) {
+        return 1.0f / (row + 1);
+    } else {
+#pragma unroll
+        for (int offset = 1; offset < LANES; offset *= 2) { sum += warp.shfl_xor(sum, offset); }
+        if (first_lane && row < T) { lse[head_rows + row] = row_max * scale + logf(sum); }
+        return 1.0f / sum;
+    }
+}
+
 // Multiplies each row of a warp's acc^T by its factor (transposed_row order).
 template <int HS>
 __device__ __forceinline__ void scale_rows(float acc[HS / 16][2][4], const float factor[4]) {
@@ -2255,16 +2273,17 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
         float inverse_sum[2];
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            float sum = row_sum[half] + warp.shfl_xor(row_sum[half], 1);
-            sum += warp.shfl_xor(sum, 2);
-            inverse_sum[half] = 1.0f / sum;
             int row = warp_query0 + g + 8 * half;
-            if (q == 0 && row < T) { lse[(b * NH + h) * T + row] = row_max[half] * scale + logf(sum); }
+            inverse_sum[half] = forward_row_scale<KIND, 4>(lse, (b * NH + h) * T, row_max[half], row_sum[half], scale,
+                                                           row, T, q == 0, warp);
         }
         gather_rows(row_scale, inverse_sum, q, warp);
     } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++) { row_scale[i] = 1.0f / (warp_query0 + transposed_row(i, q) + 1); }
+        for (int i = 0; i < 4; i++) {
+            int row = warp_query0 + transposed_row(i, q);
+            row_scale[i] = forward_row_scale<KIND, 4>(lse, 0, 0.0f, 0.0f, scale, row, T, false, warp);
+        }
     }
     store_transposed<HS>(out + b * T * C + h * HS, C, o, row_scale, warp_query0, T, g, q);
 #endif
@@ -2396,14 +2415,8 @@ __device__ void store_forward_rows(float* out, float* lse, const float o[HS / 8]
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         int row = warp_query0 + g + 8 * half;
-        if (KIND == ATTENTION_SOFTMAX) {
-            float sum = row_sum[half] + warp.shfl_xor(row_sum[half], 1);
-            sum += warp.shfl_xor(sum, 2);
-            row_scale[half] = 1.0f / sum;
-            if (q == 0 && row < T) { lse[(b * NH + h) * T + row] = row_max[half] * scale + logf(sum); }
-        } else {
-            row_scale[half] = 1.0f / (row + 1);
-        }
+        row_scale[half] = forward_row_scale<KIND, 4>(lse, (b * NH + h) * T, row_max[half], row_sum[half], scale, row, T,
+                                                     q == 0, warp);
         if (row >= T) { continue; }
         float* out_row = out + (b * T + row) * NH * HS + h * HS + 2 * q;
 #pragma unroll
@@ -3082,16 +3095,8 @@ __global__ void __launch_bounds__(fp32_forward_tiling(HS).threads, fp32_forward_
 #pragma unroll
     for (int i = 0; i < RQ; i++) {
         int row = query0 + ta + TQ * i;
-        if (KIND == ATTENTION_SOFTMAX) {
-            float sum = row_sum[i];
-            sum += warp.shfl_xor(sum, 1);
-            sum += warp.shfl_xor(sum, 2);
-            sum += warp.shfl_xor(sum, 4);
-            row_scale[i] = 1.0f / sum;
-            if (tb == 0 && row < T) { lse[(b * NH + h) * T + row] = row_max[i] * scale + logf(sum); }
-        } else {
-            row_scale[i] = 1.0f / (row + 1);
-        }
+        row_scale[i] = forward_row_scale<KIND, 8>(lse, (b * NH + h) * T, row_max[i], row_sum[i], scale, row, T, tb == 0,
+                                                  warp);
     }
 #pragma unroll
     for (int i = 0; i < RQ; i++) {
