@@ -5786,6 +5786,18 @@ static void run_init_writer(Run* run) {
 }
 
 // Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
+// The kernels this GPU computes the model with: the products' precision and whether our GEMM takes
+// its shapes, and the attention's plan. Every rank must run the same ones for its gradients to have
+// the bits of one GPU's, so the ranks compare this hash; GPUs that differ only in what no plan
+// uses (a larger shared-memory limit, more multiprocessors) agree.
+static uint64_t kernel_paths_fingerprint(const ModelShape* c) {
+    FlashPlan plan = flash_plan(c->channels / c->num_heads, g_precision != MATMUL_TF32);
+    uint32_t paths[] = {(uint32_t)g_precision, g_tf32_cores,
+                        gemm_tf32_fits(nullptr, nullptr, nullptr, nullptr, 4, c->channels),
+                        plan.tensor_cores, plan.wgmma, (uint32_t)plan.dq_keys, (uint32_t)plan.dkdv_queries};
+    return fnv1a(FNV1A_OFFSET, paths, sizeof(paths) / sizeof(paths[0]));
+}
+
 static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *run = Run();
     TrainArgs* args = &run->args;
@@ -5814,7 +5826,8 @@ static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     tokenizer_init(&run->tokenizer, args->tokenizer.c_str());
     comm_check_same(&g_comm, run_fingerprint(r, c, &run->train_loader, &run->val_loader, resume_step),
                     "the flags, model or data");
-    comm_check_same(&g_comm, g_shared_limit, "the shared memory the attention plans for (GPT2_TEST_SHARED_KB)");
+    comm_check_same(&g_comm, kernel_paths_fingerprint(c),
+                    "the kernels the GPUs run (products' precision, our GEMM, attention plan; the configuration table's rows)");
     bool logs = args->output_dir != nullptr && g_comm.rank == 0;
     if (logs) { run->log = run_log_open(args->output_dir, args->resume, args->force, args->tensorboard); }
     log_tokens_per_step(&run->log, args->total_batch_tokens);

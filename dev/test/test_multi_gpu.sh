@@ -14,7 +14,9 @@
 # At N = 2 only: over NCCL's socket transport (as between nodes); 2 GPUs x 2 micro-steps twice are
 # bit-identical; honest step times (1 GPU x 4 and 2 GPUs x 2 micro-steps); the launchers
 # (torchrun-style variables, torchrun, mpirun -np 2, the file rendezvous), with --overlap on, off
-# and auto keeping the bits; ranks given different flags or a -d that does not divide stop at start;
+# and auto keeping the bits; ranks given different flags or a -d that does not divide stop at start,
+# and so do ranks whose GPUs would run other kernels (one planning for 48 KB a block), while ranks
+# whose shared-memory limits differ but not their kernels run;
 # a peer killed without a supervisor (TCP rendezvous; file rendezvous with 2 micro-steps). --overlap
 # on (the moves beside the passes) at every N: the ReLU runs, and 2 GPUs x 2 micro-steps (the sent
 # buckets add the earlier micro-step first).
@@ -313,6 +315,12 @@ checks_at_2_only() {
   next_port
   check "ranks with different --overlap stop at start" \
     fails_with "rank 1: the overlap decisions (--overlap) differ from rank 0's" mismatched_overlap
+  next_port
+  check "ranks whose GPUs run other kernels stop at start (rank 1 plans for 48 KB a block: the FP32 cores)" \
+    fails_with "rank 1: the kernels the GPUs run" planned_for 48
+  next_port
+  check "ranks whose shared memory differs but not their kernels run (rank 1 plans for 226 KB a block)" \
+    planned_for 226
   check "-d that does not divide over 2 GPUs: one error line" \
     errors_once "not a positive multiple of B*T*GPUs" "$trainer" $flags -x 4 -d 3072 -b 4 -t 256 --gpus 2
   check "a peer killed mid-run (no supervisor): rank 0 exits non-zero within 30 s" \
@@ -353,6 +361,15 @@ mismatched_overlap() {  # rank 1 asks for --overlap off, rank 0 for on
   RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 4 -d 2048 --overlap on 2>&1
   local status=$?
   wait
+  return $status
+}
+planned_for() {  # planned_for KB: rank 1 plans its kernels for KB of shared memory a block (GPT2_TEST_SHARED_KB)
+  GPT2_TEST_SHARED_KB=$1 RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 4 -d 2048 \
+    > "$work/planned1.log" 2>&1 &
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_PORT=$port "$trainer" $flags -x 4 -d 2048 > "$work/planned0.log" 2>&1
+  local status=$?
+  wait $! || status=1
+  [ "$status" = 0 ] || cat "$work/planned0.log"
   return $status
 }
 # killed_peer HOW MICRO [FLAGS...]: torchrun-style ranks of MICRO micro-steps each, no supervisor: rank
