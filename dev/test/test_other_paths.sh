@@ -9,8 +9,8 @@
 # twice, bit-identical; at hs 128 and T = 200 (a multiple of no tile) the same runs of the compute_75
 # build and under the 99 KB cap. Then the lab's attention check under the 99 KB cap at hs 32, 64 and
 # 128, T = 1, 77, 130 and 200: the tensor cores (variants 2, 3: the small tiles at hs 128) and the
-# FP32 cores (variant 10; variant 11 its plans for 64 KB multiprocessors). Last, our Hopper GEMM (gemm_tf32) under compute-sanitizer's racecheck on
-# the lab's odd shapes. Prints its time.
+# FP32 cores (variant 10; variant 11 its plans for 64 KB multiprocessors). Last, our Hopper GEMM
+# (gemm_tf32) under compute-sanitizer's racecheck on the lab's odd shapes. Prints its time.
 set -u
 cd "$(dirname "$0")/../.."
 start=$SECONDS
