@@ -2780,13 +2780,18 @@ struct Fp32Tiling {
 
 // Chosen for hs = 64: 4 x 4 per thread where the tiles fit (8 shared loads per 64 fmaf), the dQ
 // kernel (q and dout rows both held) in 64 threads; hs = 128 halves the tiles to stay within 48 KB.
-__host__ __device__ constexpr Fp32Tiling fp32_forward_tiling(int hs) {
+// `small`: plans for multiprocessors of 64 KB (T4, RTX 20): every kernel within ~31 KB, so that two
+// blocks fit on one where today's 34-44 KB fit one (the lab measures them: attention.cu variant 11).
+__host__ __device__ constexpr Fp32Tiling fp32_forward_tiling(int hs, bool small = false) {
+    if (small) { return hs <= 64 ? Fp32Tiling{128, 2, 4, 4} : Fp32Tiling{64, 2, 2, 4}; }
     return hs <= 64 ? Fp32Tiling{128, 4, 4, 4} : Fp32Tiling{128, 2, 2, 4};
 }
-__host__ __device__ constexpr Fp32Tiling fp32_dq_tiling(int hs) {
+__host__ __device__ constexpr Fp32Tiling fp32_dq_tiling(int hs, bool small = false) {
+    if (small) { return hs <= 32 ? Fp32Tiling{128, 4, 4, 4} : hs <= 64 ? Fp32Tiling{64, 4, 2, 5} : Fp32Tiling{64, 2, 1, 4}; }
     return hs <= 32 ? Fp32Tiling{128, 4, 4, 4} : hs <= 64 ? Fp32Tiling{64, 4, 4, 5} : Fp32Tiling{64, 2, 2, 4};
 }
-__host__ __device__ constexpr Fp32Tiling fp32_dkdv_tiling(int hs) {
+__host__ __device__ constexpr Fp32Tiling fp32_dkdv_tiling(int hs, bool small = false) {
+    if (small) { return hs <= 64 ? Fp32Tiling{64, 2, 4, 4} : Fp32Tiling{64, 2, 1, 4}; }
     return hs <= 64 ? Fp32Tiling{128, 2, 4, 3} : Fp32Tiling{64, 2, 2, 4};
 }
 
@@ -2798,18 +2803,19 @@ constexpr int FP32_PARTIAL_ROWS = 16;             // tokens per row of the bias 
 // rows, a K tile and a V tile that dS^T replaces once dP is done; dK/dV's k and v rows, a q and a
 // dout tile, P and dS, and two statistics per query of the tile.
 
-__host__ __device__ constexpr int fp32_forward_shared_floats(int hs) {
-    return (fp32_forward_tiling(hs).rows() + 2 * fp32_forward_tiling(hs).tile()) * (hs + FP32_PAD) +
-           fp32_forward_tiling(hs).tile() * (fp32_forward_tiling(hs).rows() + FP32_PAD);
+__host__ __device__ constexpr int fp32_forward_shared_floats(int hs, bool small = false) {
+    return (fp32_forward_tiling(hs, small).rows() + 2 * fp32_forward_tiling(hs, small).tile()) * (hs + FP32_PAD) +
+           fp32_forward_tiling(hs, small).tile() * (fp32_forward_tiling(hs, small).rows() + FP32_PAD);
 }
-__host__ __device__ constexpr int fp32_dq_shared_floats(int hs) {
-    return (2 * fp32_dq_tiling(hs).rows() + fp32_dq_tiling(hs).tile()) * (hs + FP32_PAD) +
-           fp32_dq_tiling(hs).tile() * (hs > fp32_dq_tiling(hs).rows() ? hs : fp32_dq_tiling(hs).rows()) +
-           fp32_dq_tiling(hs).tile() * FP32_PAD;
+__host__ __device__ constexpr int fp32_dq_shared_floats(int hs, bool small = false) {
+    return (2 * fp32_dq_tiling(hs, small).rows() + fp32_dq_tiling(hs, small).tile()) * (hs + FP32_PAD) +
+           fp32_dq_tiling(hs, small).tile() * (hs > fp32_dq_tiling(hs, small).rows() ? hs : fp32_dq_tiling(hs, small).rows()) +
+           fp32_dq_tiling(hs, small).tile() * FP32_PAD;
 }
-__host__ __device__ constexpr int fp32_dkdv_shared_floats(int hs) {
-    return 2 * (fp32_dkdv_tiling(hs).rows() + fp32_dkdv_tiling(hs).tile()) * (hs + FP32_PAD) +
-           2 * fp32_dkdv_tiling(hs).tile() * (fp32_dkdv_tiling(hs).rows() + FP32_PAD) + 2 * fp32_dkdv_tiling(hs).tile();
+__host__ __device__ constexpr int fp32_dkdv_shared_floats(int hs, bool small = false) {
+    return 2 * (fp32_dkdv_tiling(hs, small).rows() + fp32_dkdv_tiling(hs, small).tile()) * (hs + FP32_PAD) +
+           2 * fp32_dkdv_tiling(hs, small).tile() * (fp32_dkdv_tiling(hs, small).rows() + FP32_PAD) +
+           2 * fp32_dkdv_tiling(hs, small).tile();
 }
 
 // Float offset of (row, col) in a [rows][W] tile, rows W + FP32_PAD floats apart.
@@ -3013,13 +3019,13 @@ __device__ void fp32_store_columns(float* dst_t, size_t tokens, const float (&ac
 // Forward: out = P v per block of queries, online softmax (a row's maximum over its 8 threads,
 // its sum kept per thread until the end) or ReLU.
 
-template <AttentionKind KIND, int HS>
-__global__ void __launch_bounds__(fp32_forward_tiling(HS).threads, fp32_forward_tiling(HS).min_blocks)
+template <AttentionKind KIND, int HS, bool SMALL = false>
+__global__ void __launch_bounds__(fp32_forward_tiling(HS, SMALL).threads, fp32_forward_tiling(HS, SMALL).min_blocks)
     flash_fp32_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH) {
-    constexpr Fp32Tiling TILING = fp32_forward_tiling(HS);
+    constexpr Fp32Tiling TILING = fp32_forward_tiling(HS, SMALL);
     constexpr int THREADS = TILING.threads, RQ = TILING.ra, RK = TILING.rb, TQ = THREADS / 8;
     constexpr int QUERIES = TILING.rows(), KEYS = TILING.tile(), DIMS = HS / 8;
-    static_assert(fp32_forward_shared_floats(HS) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
+    static_assert(fp32_forward_shared_floats(HS, SMALL) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
     extern __shared__ float smem[];
     constexpr int ROW = HS + FP32_PAD;       // floats per row of a row tile
     float* q_tile = smem;                    // QUERIES x HS
@@ -3116,15 +3122,15 @@ __global__ void __launch_bounds__(fp32_forward_tiling(HS).threads, fp32_forward_
 // key tiles up to the diagonal, also writing delta; the dK/dV kernel per block of keys over the
 // query tiles from the diagonal to T.
 
-template <AttentionKind KIND, int HS>
-__global__ void __launch_bounds__(fp32_dq_tiling(HS).threads, fp32_dq_tiling(HS).min_blocks)
+template <AttentionKind KIND, int HS, bool SMALL = false>
+__global__ void __launch_bounds__(fp32_dq_tiling(HS, SMALL).threads, fp32_dq_tiling(HS, SMALL).min_blocks)
     flash_fp32_dq_kernel(float* dqkv_t, float* bias_partials, float* delta, const float* dout, const float* qkv,
                          const float* out, const float* lse, int T, int NH) {
-    constexpr Fp32Tiling TILING = fp32_dq_tiling(HS);
+    constexpr Fp32Tiling TILING = fp32_dq_tiling(HS, SMALL);
     constexpr int THREADS = TILING.threads, RQ = TILING.ra, RK = TILING.rb, TQ = THREADS / 8;
     constexpr int QUERIES = TILING.rows(), KEYS = TILING.tile(), DIMS = HS / 8;
-    static_assert(fp32_dq_shared_floats(HS) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
-    static_assert(HS * (QUERIES + 1) <= fp32_dq_shared_floats(HS), "the output stage fits");
+    static_assert(fp32_dq_shared_floats(HS, SMALL) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
+    static_assert(HS * (QUERIES + 1) <= fp32_dq_shared_floats(HS, SMALL), "the output stage fits");
     extern __shared__ float smem[];
     constexpr int ROW = HS + FP32_PAD;         // floats per row of a row tile
     float* q_tile = smem;                      // QUERIES x HS
@@ -3229,15 +3235,15 @@ __device__ __forceinline__ float fp32_fetch_statistic(const float* lse_head, con
     return is_lse ? lse_head[t] * LOG2E : delta_head[t];
 }
 
-template <AttentionKind KIND, int HS>
-__global__ void __launch_bounds__(fp32_dkdv_tiling(HS).threads, fp32_dkdv_tiling(HS).min_blocks)
+template <AttentionKind KIND, int HS, bool SMALL = false>
+__global__ void __launch_bounds__(fp32_dkdv_tiling(HS, SMALL).threads, fp32_dkdv_tiling(HS, SMALL).min_blocks)
     flash_fp32_dkdv_kernel(float* dqkv_t, float* bias_partials, const float* dout, const float* qkv, const float* lse,
                            const float* delta, int T, int NH) {
-    constexpr Fp32Tiling TILING = fp32_dkdv_tiling(HS);
+    constexpr Fp32Tiling TILING = fp32_dkdv_tiling(HS, SMALL);
     constexpr int THREADS = TILING.threads, RK = TILING.ra, RQ = TILING.rb, TK = THREADS / 8;
     constexpr int KEYS = TILING.rows(), QUERIES = TILING.tile(), DIMS = HS / 8;
-    static_assert(fp32_dkdv_shared_floats(HS) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
-    static_assert(HS * (KEYS + 1) <= fp32_dkdv_shared_floats(HS) && 2 * QUERIES <= THREADS, "the stage fits");
+    static_assert(fp32_dkdv_shared_floats(HS, SMALL) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
+    static_assert(HS * (KEYS + 1) <= fp32_dkdv_shared_floats(HS, SMALL) && 2 * QUERIES <= THREADS, "the stage fits");
     extern __shared__ float smem[];
     constexpr int ROW = HS + FP32_PAD;                      // floats per row of a row tile
     float* k_tile = smem;                                   // KEYS x HS
@@ -3313,8 +3319,10 @@ __global__ void __launch_bounds__(fp32_dkdv_tiling(HS).threads, fp32_dkdv_tiling
 }
 
 // Launchers of the FP32-core kernels, which the section's launchers call (FlashForward, FlashBackward):
-// at most 48 KB of dynamic shared memory a block, so no attribute to set.
+// at most 48 KB of dynamic shared memory a block, so no attribute to set. SMALL: the plans for 64 KB
+// multiprocessors (the lab's variant 11; the trainer runs today's).
 
+template <bool SMALL = false>
 struct FlashFp32Forward {
     float* out;
     float* lse;
@@ -3322,13 +3330,15 @@ struct FlashFp32Forward {
     int B, T, NH;
     template <AttentionKind KIND, int HS>
     void run() const {
-        dim3 grid(B * NH, ceil_div(T, fp32_forward_tiling(HS).rows()));
-        size_t shared = fp32_forward_shared_floats(HS) * sizeof(float);
-        flash_fp32_forward_kernel<KIND, HS><<<grid, fp32_forward_tiling(HS).threads, shared>>>(out, lse, qkv, T, NH);
+        constexpr Fp32Tiling TILING = fp32_forward_tiling(HS, SMALL);
+        dim3 grid(B * NH, ceil_div(T, TILING.rows()));
+        size_t shared = fp32_forward_shared_floats(HS, SMALL) * sizeof(float);
+        flash_fp32_forward_kernel<KIND, HS, SMALL><<<grid, TILING.threads, shared>>>(out, lse, qkv, T, NH);
         cudaCheck(cudaGetLastError());
     }
 };
 
+template <bool SMALL = false>
 struct FlashFp32Backward {
     float *dqkv_t, *bias_partials;
     float* delta;
@@ -3337,14 +3347,13 @@ struct FlashFp32Backward {
     // The dQ kernel (which also writes delta), then the dK/dV kernel that reads it.
     template <AttentionKind KIND, int HS>
     void run() const {
-        dim3 dq_grid(B * NH, ceil_div(T, fp32_dq_tiling(HS).rows()));
-        size_t dq_shared = fp32_dq_shared_floats(HS) * sizeof(float);
-        flash_fp32_dq_kernel<KIND, HS><<<dq_grid, fp32_dq_tiling(HS).threads, dq_shared>>>(
+        constexpr Fp32Tiling DQ = fp32_dq_tiling(HS, SMALL), DKDV = fp32_dkdv_tiling(HS, SMALL);
+        size_t dq_shared = fp32_dq_shared_floats(HS, SMALL) * sizeof(float);
+        flash_fp32_dq_kernel<KIND, HS, SMALL><<<dim3(B * NH, ceil_div(T, DQ.rows())), DQ.threads, dq_shared>>>(
             dqkv_t, bias_partials, delta, dout, qkv, out, lse, T, NH);
         cudaCheck(cudaGetLastError());
-        dim3 dkdv_grid(B * NH, ceil_div(T, fp32_dkdv_tiling(HS).rows()));
-        size_t dkdv_shared = fp32_dkdv_shared_floats(HS) * sizeof(float);
-        flash_fp32_dkdv_kernel<KIND, HS><<<dkdv_grid, fp32_dkdv_tiling(HS).threads, dkdv_shared>>>(
+        size_t dkdv_shared = fp32_dkdv_shared_floats(HS, SMALL) * sizeof(float);
+        flash_fp32_dkdv_kernel<KIND, HS, SMALL><<<dim3(B * NH, ceil_div(T, DKDV.rows())), DKDV.threads, dkdv_shared>>>(
             dqkv_t, bias_partials, dout, qkv, lse, delta, T, NH);
         cudaCheck(cudaGetLastError());
     }
@@ -3457,7 +3466,7 @@ struct FlashForward {
     void run() const {
         FlashPlan plan = flash_plan(HS, SPLIT);
         if (!plan.tensor_cores) {
-            FlashFp32Forward launch = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .NH = NH};
+            FlashFp32Forward<> launch = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .NH = NH};
             launch.run<KIND, HS>();
         } else if (plan.wgmma) {
             if constexpr (!SPLIT) {
@@ -3509,7 +3518,7 @@ struct FlashBackward {
     void run() const {
         FlashPlan plan = flash_plan(HS, SPLIT);
         if (!plan.tensor_cores) {
-            FlashFp32Backward launch = {.dqkv_t = dqkv_t, .bias_partials = bias_partials, .delta = delta,
+            FlashFp32Backward<> launch = {.dqkv_t = dqkv_t, .bias_partials = bias_partials, .delta = delta,
                                         .dout = dout, .qkv = qkv, .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
             launch.run<KIND, HS>();
             sum_bias(HS, FP32_PARTIAL_ROWS);

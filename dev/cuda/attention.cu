@@ -14,6 +14,11 @@ Kernel lab: causal attention (softmax and ReLU), forward and backward.
              (below; slower than the trainer's, kept here)
   variant 10 the trainer's flash attention on the FP32 cores (fmaf only, no mma.sync or cp.async: what
              GPUs before Ampere run); also timed against the FP32 FMA peak of the device
+  variant 11 variant 10 with the plans for 64 KB multiprocessors (T4, RTX 20: every kernel within
+             ~31 KB, two blocks where variant 10's fit one; fp32_*_tiling(hs, true))
+LAB_SM_KB=64 holds the FP32-core kernels (variants 10 and 11) to 64 KB of shared memory per
+multiprocessor (the carveout preference), so that as many of their blocks run at once as on a
+64 KB multiprocessor; their rows then measure that occupancy on this GPU.
 Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
 see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
@@ -179,9 +184,12 @@ constexpr Tolerance FP32_CORES_TOLERANCE = {1e-5, 1e-5,
 constexpr const char* VARIANT_NAMES[] = {"", "1 materialised TF32", "2 flash TF32", "3 flash split-TF32",
                                       "4 flash TF32 wgmma", "5 4 + wgmma dQ", "6 4 + wgmma dK/dV",
                                       "7 4, pipelined fwd", "8 4 + fused bwd", "9 4 + dS in memory",
-                                      "10 flash FP32 cores"};
+                                      "10 flash FP32 cores", "11 10, 64 KB-SM plans"};
 constexpr int NUM_VARIANTS = sizeof(VARIANT_NAMES) / sizeof(VARIANT_NAMES[0]) - 1;
-constexpr int FP32_CORES_VARIANT = 10;
+constexpr int FP32_CORES_VARIANT = 10, FP32_SMALL_SM_VARIANT = 11;
+
+// Variants 10 and 11 run on the FP32 cores (no tensor cores: flash_plan takes that path).
+static bool fp32_cores_variant(int variant) { return variant == FP32_CORES_VARIANT || variant == FP32_SMALL_SM_VARIANT; }
 
 // Whether this build's code has the TF32 tensor cores (the trainer's g_tf32_cores after cuda_setup;
 // a compute_75 PTX build has not): variants 2 to 9 need them, variant 10 runs without.
@@ -1249,16 +1257,89 @@ static void buffers_free(Buffers* d) {
     }
 }
 
+// Variant 11: the trainer's FP32-core launchers with the plans for 64 KB multiprocessors; the bias
+// gradient from their partials as the trainer's FlashBackward sums it.
+struct FlashForwardSmallSm {
+    FlashForward trainer;
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        const FlashForward& t = trainer;
+        FlashFp32Forward<true> launch = {.out = t.out, .lse = t.lse, .qkv = t.qkv, .B = t.B, .T = t.T, .NH = t.NH};
+        launch.run<KIND, HS>();
+    }
+};
+
+struct FlashBackwardSmallSm {
+    FlashBackward trainer;
+    template <AttentionKind KIND, int HS, bool SPLIT>
+    void run() const {
+        const FlashBackward& t = trainer;
+        FlashFp32Backward<true> launch = {.dqkv_t = t.dqkv_t, .bias_partials = t.bias_partials, .delta = t.delta,
+                                          .dout = t.dout, .qkv = t.qkv, .out = t.out, .lse = t.lse, .B = t.B,
+                                          .T = t.T, .NH = t.NH};
+        launch.run<KIND, HS>();
+        t.sum_bias(HS, FP32_PARTIAL_ROWS);
+    }
+};
+
+// LAB_SM_KB (e.g. 64): every FP32-core kernel (variants 10 and 11, both kinds, every head size)
+// prefers a shared-memory carveout of that many KB a multiprocessor, so that as many blocks fit at
+// once as on a GPU with that much (a T4's 64 KB); printed with the blocks the occupancy API reports.
+template <AttentionKind KIND, int HS, bool SMALL>
+static void hold_fp32_kernels(int percent) {
+    const void* kernels[] = {(const void*)flash_fp32_forward_kernel<KIND, HS, SMALL>,
+                             (const void*)flash_fp32_dq_kernel<KIND, HS, SMALL>,
+                             (const void*)flash_fp32_dkdv_kernel<KIND, HS, SMALL>};
+    const int threads[] = {fp32_forward_tiling(HS, SMALL).threads, fp32_dq_tiling(HS, SMALL).threads,
+                           fp32_dkdv_tiling(HS, SMALL).threads};
+    const size_t shared[] = {fp32_forward_shared_floats(HS, SMALL) * sizeof(float),
+                             fp32_dq_shared_floats(HS, SMALL) * sizeof(float),
+                             fp32_dkdv_shared_floats(HS, SMALL) * sizeof(float)};
+    const char* names[] = {"forward", "dQ", "dK/dV"};
+    for (int i = 0; i < 3; i++) {
+        cudaCheck(cudaFuncSetAttribute(kernels[i], cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+        int blocks = 0;
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernels[i], threads[i], shared[i]));
+        if (KIND == ATTENTION_SOFTMAX) {
+            printf("# LAB_SM_KB: %s plans, hs %d, %s: %.1f KB a block, %d threads, %d blocks a multiprocessor\n",
+                   SMALL ? "64 KB-SM" : "today's", HS, names[i], shared[i] / 1024.0, threads[i], blocks);
+        }
+    }
+}
+
+static void hold_fp32_shared_per_sm() {
+    const char* text = getenv("LAB_SM_KB");
+    if (text == nullptr) { return; }
+    int kb = atoi(text);
+    int per_sm = 0;
+    cudaCheck(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+    if (kb < 16 || kb * 1024 > per_sm) { fail("LAB_SM_KB=%s: expected 16 to %d", text, per_sm / 1024); }
+    int percent = kb * 1024 * 100 / per_sm;  // rounded down: the driver takes the next carveout it has
+    printf("# LAB_SM_KB=%d: the FP32-core kernels prefer %d%% of %d KB of shared memory a multiprocessor\n", kb,
+           percent, per_sm / 1024);
+    auto hold_kind = [&](auto kind) {
+        constexpr AttentionKind KIND = decltype(kind)::value;
+        hold_fp32_kernels<KIND, 32, false>(percent), hold_fp32_kernels<KIND, 32, true>(percent);
+        hold_fp32_kernels<KIND, 64, false>(percent), hold_fp32_kernels<KIND, 64, true>(percent);
+        hold_fp32_kernels<KIND, 128, false>(percent), hold_fp32_kernels<KIND, 128, true>(percent);
+    };
+    hold_kind(std::integral_constant<AttentionKind, ATTENTION_SOFTMAX>());
+    hold_kind(std::integral_constant<AttentionKind, ATTENTION_RELU>());
+}
+
 static void run_forward(Buffers* d, AttentionKind kind, int variant) {
     Shape s = d->shape;
     if (variant == 1) {
         attention_forward(d->out, d->att, d->qkvr, d->heads, d->qkv, s.B, s.T, s.NH * s.hs, s.NH, kind);
     } else {
-        g_tf32_cores = g_build_tf32_cores && variant != FP32_CORES_VARIANT;  // flash_plan then takes the FP32 cores
-        g_wgmma = variant >= 4 && variant != FP32_CORES_VARIANT;  // the trainer's choice on Hopper; variant 2 runs the mma.sync kernel
+        g_tf32_cores = g_build_tf32_cores && !fp32_cores_variant(variant);  // flash_plan then takes the FP32 cores
+        g_wgmma = variant >= 4 && !fp32_cores_variant(variant);  // the trainer's choice on Hopper; variant 2 runs the mma.sync kernel
         if (variant == 7) {
             FlashForwardPipelined launch = {{d->out, d->lse, d->qkv, s.B, s.T, s.NH}};
             flash_dispatch(launch, s.hs, kind, false, "variant 7");
+        } else if (variant == FP32_SMALL_SM_VARIANT) {
+            FlashForwardSmallSm launch = {{d->out, d->lse, d->qkv, s.B, s.T, s.NH}};
+            flash_dispatch(launch, s.hs, kind, false, "variant 11");
         } else {
             flash_attention_forward(d->out, d->lse, d->qkv, s.B, s.T, s.NH, s.hs, kind, variant == 3);
         }
@@ -1290,6 +1371,8 @@ static void run_backward(Buffers* d, AttentionKind kind, int variant) {
         run_lab_backward<FlashBackwardFused>(d, kind, "variant 8");
     } else if (variant == 9) {
         run_lab_backward<FlashBackwardDsMemory>(d, kind, "variant 9");
+    } else if (variant == FP32_SMALL_SM_VARIANT) {
+        run_lab_backward<FlashBackwardSmallSm>(d, kind, "variant 11");
     } else {
         g_tf32_cores = g_build_tf32_cores && variant != FP32_CORES_VARIANT;
         g_wgmma = variant == 4 || variant == 7;
@@ -1508,7 +1591,7 @@ static bool check_variant(Buffers* d, const Reference& ref, const std::vector<st
     double dq_err = relative(dq_e, dqkv_ref), dk_err = relative(dk_e, dqkv_ref), dv_err = relative(dv_e, dqkv_ref);
     double dbias_err = flash ? dbias_error(download(d->dbias, 3 * C), dqkv) : 0.0;
     size_t non_finite = count_non_finite(out) + count_non_finite(dqkv);
-    Tolerance tol = variant == 3 ? FP32_TOLERANCE : variant == FP32_CORES_VARIANT ? FP32_CORES_TOLERANCE : TF32_TOLERANCE;
+    Tolerance tol = variant == 3 ? FP32_TOLERANCE : fp32_cores_variant(variant) ? FP32_CORES_TOLERANCE : TF32_TOLERANCE;
     double forward_err = std::max(out_err, lse_err), backward_err = std::max({dq_err, dk_err, dv_err});
     bool ok = forward_err <= tol.forward && backward_err <= tol.backward && dbias_err <= DBIAS_TOLERANCE &&
               non_finite == 0;
@@ -1578,10 +1661,11 @@ static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq,
     if (wgmma_dkdv) { *backward += heads * unit * (4 * group_dkdv_tiles * WG_KEYS - dkdv_tiles * queries) * 4; }
 }
 
-// Variant 10's executed FLOPs: per block, its whole tiles up to the diagonal; the forward 2
-// products per (query, key) pair, the dQ kernel 3 and the dK/dV kernel 4 (P recomputed in both).
-static void fp32_executed_flops(Shape s, double* forward, double* backward) {
-    Fp32Tiling fwd = fp32_forward_tiling(s.hs), dq = fp32_dq_tiling(s.hs), dkdv = fp32_dkdv_tiling(s.hs);
+// Variant 10's and 11's (small) executed FLOPs: per block, its whole tiles up to the diagonal; the
+// forward 2 products per (query, key) pair, the dQ kernel 3 and the dK/dV kernel 4 (P recomputed in both).
+static void fp32_executed_flops(Shape s, bool small, double* forward, double* backward) {
+    Fp32Tiling fwd = fp32_forward_tiling(s.hs, small), dq = fp32_dq_tiling(s.hs, small);
+    Fp32Tiling dkdv = fp32_dkdv_tiling(s.hs, small);
     double forward_pairs = 0, dq_pairs = 0, dkdv_pairs = 0;
     for (int query0 = 0; query0 < s.T; query0 += fwd.rows()) {
         forward_pairs += (double)fwd.rows() * ceil_div(std::min(query0 + fwd.rows(), s.T), fwd.tile()) * fwd.tile();
@@ -1643,8 +1727,8 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
     double backward_ms = median_ms([&] { run_backward(d, kind, variant); });
     double conv_forward = convention_forward_flops(s), conv_backward = 2.5 * conv_forward;
     double exec_forward = conv_forward * 2, exec_backward = conv_backward * 8 / 5;  // full T x T products
-    if (variant == FP32_CORES_VARIANT) {
-        fp32_executed_flops(s, &exec_forward, &exec_backward);
+    if (fp32_cores_variant(variant)) {
+        fp32_executed_flops(s, variant == FP32_SMALL_SM_VARIANT, &exec_forward, &exec_backward);
     } else if (variant != 1) {
         flash_executed_flops(s, variant == 3, variant >= 4, variant == 5, variant == 6, variant == 8, variant == 9,
                              &exec_forward, &exec_backward);
@@ -1661,7 +1745,7 @@ static void benchmark_variant(Buffers* d, AttentionKind kind, int variant) {
     printf("bench %-22s %-7s %-20s fwd %s  bwd %s  %s\n", shape_name(s).c_str(), attention_name(kind),
            VARIANT_NAMES[variant], forward, backward, note);
     table_row("bench", s, kind, variant, forward, backward, note);
-    if (variant == FP32_CORES_VARIANT) {
+    if (fp32_cores_variant(variant)) {
         char fp32_note[512];
         fp32_peak_note(s, forward_ms, backward_ms, fp32_note, sizeof(fp32_note));
         printf("bench %-22s %-7s %-20s %s\n", shape_name(s).c_str(), attention_name(kind), VARIANT_NAMES[variant],
@@ -1746,8 +1830,9 @@ int main(int argc, char** argv) {
     g_build_tf32_cores = g_tf32_cores;
     bool hopper = g_wgmma, tensor_cores = g_tf32_cores;
     if (variants.empty()) {
-        variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10} : std::vector<int>{1, 2, 3, 10};
+        variants = hopper ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11} : std::vector<int>{1, 2, 3, 10, 11};
     }
+    hold_fp32_shared_per_sm();
     if (!tensor_cores) {  // this build's code predates mma.sync and cp.async: only variants 1 and 10 run
         for (int v : variants) {
             if (v >= 2 && v <= 9) {

@@ -9,8 +9,8 @@
 # twice, bit-identical; at hs 128 and T = 200 (a multiple of no tile) the same runs of the compute_75
 # build and under the 99 KB cap. Then the lab's attention check under the 99 KB cap at hs 32, 64 and
 # 128, T = 1, 77, 130 and 200: the tensor cores (variants 2, 3: the small tiles at hs 128) and the
-# FP32 cores (variant 10). Last, our Hopper GEMM (gemm_tf32) under compute-sanitizer's racecheck on
-# the lab's odd shapes. Prints its time.
+# FP32 cores (variant 10; variant 11 its plans for 64 KB multiprocessors). Last, our Hopper GEMM
+# (gemm_tf32) under compute-sanitizer's racecheck on the lab's odd shapes. Prints its time.
 set -u
 cd "$(dirname "$0")/../.."
 start=$SECONDS
@@ -80,8 +80,8 @@ check "99 KB a block: the tensor-core kernels with the default tiles at hs 64" \
 check "99 KB a block at hs 128: the 16-row dQ and dK/dV tiles (the default ones need 128 KB)" \
   eval "attention_row cap99_hs128 | grep -qE 'mma.sync backward \(dQ 16 keys, dK/dV 16 queries'"
 if [ -x dev/cuda/attention ]; then
-  check "99 KB a block: the lab's attention check (hs 32, 64, 128, ragged T; tensor cores and FP32 cores)" \
-    eval "GPT2_TEST_SHARED_KB=99 dev/cuda/attention --small 2 3 10 > '$work/lab99.log' 2>&1 || { tail -n 20 '$work/lab99.log'; false; }"
+  check "99 KB a block: the lab's attention check (hs 32, 64, 128, ragged T; tensor cores, FP32 cores and their 64 KB-SM plans)" \
+    eval "GPT2_TEST_SHARED_KB=99 dev/cuda/attention --small 2 3 10 11 > '$work/lab99.log' 2>&1 || { tail -n 20 '$work/lab99.log'; false; }"
 else
   echo "SKIPPED (dev/cuda/attention not built): the lab's attention check at 99 KB"
 fi
