@@ -131,6 +131,9 @@ static bool g_tf32_cores, g_wgmma;
 // GPT2_TEST_SHARED_KB (to run, on this GPU, the plans of GPUs with less: flash_plan; at least
 // SHARED_LIMIT_LEAST_KB).
 static size_t g_shared_limit;
+// A multiprocessor holds at most 64 KB of shared memory (T4, RTX 20), or GPT2_TEST_SHARED_KB caps a
+// block at 64 or less: the FP32-core attention's backward takes its plans for such GPUs (flash_plan).
+static bool g_small_sm;
 
 __global__ void built_code_probe_kernel(int* built) {
 #ifdef __CUDA_ARCH__
@@ -3320,7 +3323,8 @@ __global__ void __launch_bounds__(fp32_dkdv_tiling(HS, SMALL).threads, fp32_dkdv
 
 // Launchers of the FP32-core kernels, which the section's launchers call (FlashForward, FlashBackward):
 // at most 48 KB of dynamic shared memory a block, so no attribute to set. SMALL: the plans for 64 KB
-// multiprocessors (the lab's variant 11; the trainer runs today's).
+// multiprocessors (the lab's variant 11), which the backward takes on such GPUs (g_small_sm); the
+// forward keeps today's, faster there too (dev/cuda/README.md).
 
 template <bool SMALL = false>
 struct FlashFp32Forward {
@@ -3393,10 +3397,12 @@ static void flash_set_shared(Kernel kernel, size_t shared, bool* done) {
 // family where the running code has TF32 tensor cores (g_tf32_cores) and its tiles fit a block's
 // shared memory (g_shared_limit), with the dQ and dK/dV tiles shrunk to FLASH_SMALL_TILE where only
 // those fit (hs = 128 on GPUs of 99 KB a block), and the forward on wgmma where Hopper's sm_90a code
-// runs (TF32 mode) and its tiles fit; otherwise the FP32-core kernels (FlashFp32Forward, FlashFp32Backward).
+// runs (TF32 mode) and its tiles fit; otherwise the FP32-core kernels (FlashFp32Forward, FlashFp32Backward,
+// the latter with the plans for 64 KB multiprocessors on those).
 struct FlashPlan {
     bool tensor_cores, wgmma;
     int dq_keys, dkdv_queries;
+    bool fp32_small_sm;  // the FP32-core backward with the plans for 64 KB multiprocessors
 };
 
 // The least shared memory a block has as the plans see it (g_shared_limit), in KB: every GPU gives
@@ -3441,6 +3447,7 @@ static FlashPlan flash_plan(int hs, bool split) {
                              [](int h, int queries) { return flash_dkdv_shared(h, queries); });
     plan.tensor_cores = g_tf32_cores && fits(flash_forward_shared(hs)) && plan.dq_keys > 0 && plan.dkdv_queries > 0;
     plan.wgmma = plan.tensor_cores && g_wgmma && !split && fits(flash_wgmma_shared(hs));
+    plan.fp32_small_sm = !plan.tensor_cores && g_small_sm;
     return plan;
 }
 
@@ -3449,7 +3456,8 @@ static std::string flash_path_name(int hs, bool split) {
     FlashPlan plan = flash_plan(hs, split);
     char name[128];
     if (!plan.tensor_cores) {
-        snprintf(name, sizeof(name), "FP32 cores (hs %d, %zu KB shared a block)", hs, g_shared_limit / 1024);
+        snprintf(name, sizeof(name), "FP32 cores (hs %d, %zu KB shared a block%s)", hs, g_shared_limit / 1024,
+                 plan.fp32_small_sm ? ", the backward planned for 64 KB multiprocessors" : "");
     } else {
         snprintf(name, sizeof(name), "%s forward, mma.sync backward (dQ %d keys, dK/dV %d queries a tile)",
                  plan.wgmma ? "wgmma" : "mma.sync", plan.dq_keys, plan.dkdv_queries);
@@ -3495,6 +3503,12 @@ struct FlashBackward {
     void sum_bias(int hs, int rows_per_part) const {
         column_sums(dbias, bias_partials, B * ceil_div(T, rows_per_part), 3 * NH * hs);
     }
+    template <AttentionKind KIND, int HS, bool SMALL_SM>
+    void run_fp32() const {
+        FlashFp32Backward<SMALL_SM> launch = {.dqkv_t = dqkv_t, .bias_partials = bias_partials, .delta = delta,
+                                              .dout = dout, .qkv = qkv, .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
+        launch.template run<KIND, HS>();
+    }
     template <AttentionKind KIND, int HS, bool SPLIT, int KEYS>
     void run_dq() const {
         static bool configured = false;
@@ -3518,9 +3532,8 @@ struct FlashBackward {
     void run() const {
         FlashPlan plan = flash_plan(HS, SPLIT);
         if (!plan.tensor_cores) {
-            FlashFp32Backward<> launch = {.dqkv_t = dqkv_t, .bias_partials = bias_partials, .delta = delta,
-                                        .dout = dout, .qkv = qkv, .out = out, .lse = lse, .B = B, .T = T, .NH = NH};
-            launch.run<KIND, HS>();
+            if (plan.fp32_small_sm) { run_fp32<KIND, HS, true>(); }
+            else { run_fp32<KIND, HS, false>(); }
             sum_bias(HS, FP32_PARTIAL_ROWS);
             return;
         }
@@ -5309,6 +5322,7 @@ static bool cuda_setup(int precision, int local_rank = 0) {
     g_shared_limit = prop.sharedMemPerBlockOptin;
     int cap_kb = env_int("GPT2_TEST_SHARED_KB", SHARED_LIMIT_LEAST_KB, 1024, 0);
     if (cap_kb > 0) { g_shared_limit = std::min(g_shared_limit, (size_t)cap_kb * 1024); }
+    g_small_sm = std::min(prop.sharedMemPerMultiprocessor, g_shared_limit) <= 64 * 1024;
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
     g_precision = g_tf32_cores ? (MatmulPrecision)precision : MATMUL_FP32;
     cublasCheck(cublasLtCreate(&g_cublaslt));
@@ -5803,7 +5817,8 @@ static uint64_t kernel_paths_fingerprint(const ModelShape* c) {
     FlashPlan plan = flash_plan(c->channels / c->num_heads, g_precision != MATMUL_TF32);
     uint32_t paths[] = {(uint32_t)g_precision, g_tf32_cores,
                         gemm_tf32_fits(nullptr, nullptr, nullptr, nullptr, 4, c->channels),
-                        plan.tensor_cores, plan.wgmma, (uint32_t)plan.dq_keys, (uint32_t)plan.dkdv_queries};
+                        plan.tensor_cores, plan.wgmma, (uint32_t)plan.dq_keys, (uint32_t)plan.dkdv_queries,
+                        plan.fp32_small_sm};
     return fnv1a(FNV1A_OFFSET, paths, sizeof(paths) / sizeof(paths[0]));
 }
 

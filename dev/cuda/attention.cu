@@ -15,7 +15,8 @@ Kernel lab: causal attention (softmax and ReLU), forward and backward.
   variant 10 the trainer's flash attention on the FP32 cores (fmaf only, no mma.sync or cp.async: what
              GPUs before Ampere run); also timed against the FP32 FMA peak of the device
   variant 11 variant 10 with the plans for 64 KB multiprocessors (T4, RTX 20: every kernel within
-             ~31 KB, two blocks where variant 10's fit one; fp32_*_tiling(hs, true))
+             ~31 KB, two blocks where variant 10's fit one; fp32_*_tiling(hs, true)); the trainer's
+             backward takes them on such GPUs, its forward keeps variant 10's (faster there too)
 LAB_SM_KB=64 holds the FP32-core kernels (variants 10 and 11) to 64 KB of shared memory per
 multiprocessor (the carveout preference), so that as many of their blocks run at once as on a
 64 KB multiprocessor; their rows then measure that occupancy on this GPU.

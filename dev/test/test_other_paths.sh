@@ -4,10 +4,10 @@
 # flash attention) and as compute_80 PTX (TF32 mma.sync, as on Ampere, Ada and Blackwell), which the
 # driver compiles at start; and this GPU's build under a block's shared memory capped as on other
 # GPUs (GPT2_TEST_SHARED_KB: 99 KB RTX 30/40/50, whose hs 128 takes the 16-row dQ and dK/dV tiles;
-# 48 KB, below every GPU with TF32 cores, the FP32-core attention beside TF32 products). Each: the
-# PyTorch fixtures at -f 0/1/2 for both attention kinds and --decode, and a short training run
-# twice, bit-identical; at hs 128 and T = 200 (a multiple of no tile) the same runs of the compute_75
-# build and under the 99 KB cap. Then the lab's attention check under the 99 KB cap at hs 32, 64 and
+# 48 KB, below every GPU with TF32 cores, the FP32-core attention beside TF32 products, its backward
+# with the plans for 64 KB multiprocessors as on a T4). Each: the PyTorch fixtures at -f 0/1/2 for
+# both attention kinds and --decode, and a short training run twice, bit-identical; at hs 128 and
+# T = 200 (a multiple of no tile) the same runs of the compute_75 build and under the 99 and 48 KB caps. Then the lab's attention check under the 99 KB cap at hs 32, 64 and
 # 128, T = 1, 77, 130 and 200: the tensor cores (variants 2, 3: the small tiles at hs 128) and the
 # FP32 cores (variant 10; variant 11 its plans for 64 KB multiprocessors). Last, our Hopper GEMM
 # (gemm_tf32) under compute-sanitizer's racecheck on the lab's odd shapes. Prints its time.
@@ -55,7 +55,7 @@ configuration() {
 }
 hs128="-e L2C256H2 -b 4 -t 200 -d 1600"  # hs 128, T = 200: 2 layers of 2 heads, 2 micro-steps
 # The configurations at once (each a small run on the same GPU), their lines in order.
-names=(compute_75 compute_80 cap99 cap48 compute_75_hs128 cap99_hs128)
+names=(compute_75 compute_80 cap99 cap48 compute_75_hs128 cap99_hs128 cap48_hs128)
 configuration compute_75 "compute_75 PTX" build/compute_75 > "$work/compute_75.out" 2>&1 &
 configuration compute_80 "compute_80 PTX" build/compute_80 > "$work/compute_80.out" 2>&1 &
 configuration cap99 "this GPU's build, 99 KB a block" . 99 > "$work/cap99.out" 2>&1 &
@@ -63,6 +63,7 @@ configuration cap48 "this GPU's build, 48 KB a block" . 48 > "$work/cap48.out" 2
 configuration compute_75_hs128 "compute_75 PTX, hs 128, T 200" build/compute_75 "" "$hs128" \
   > "$work/compute_75_hs128.out" 2>&1 &
 configuration cap99_hs128 "this GPU's build, 99 KB a block, hs 128, T 200" . 99 "$hs128" > "$work/cap99_hs128.out" 2>&1 &
+configuration cap48_hs128 "this GPU's build, 48 KB a block, hs 128, T 200" . 48 "$hs128" > "$work/cap48_hs128.out" 2>&1 &
 wait
 for name in "${names[@]}"; do cat "$work/$name.out"; done
 passed=$(cat "$work"/*.out | grep -c '^ok')
@@ -73,8 +74,12 @@ check "compute_80 PTX runs mma.sync (no wgmma) and TF32 products" \
   eval "attention_row compute_80 | grep -q '^mma.sync forward, mma.sync backward' && grep -qE '^\| matmul precision +\| TF32 ' '$work/compute_80_a.log'"
 
 check "compute_75 PTX at hs 128: the FP32-core attention" eval "attention_row compute_75_hs128 | grep -q '^FP32 cores (hs 128'"
-check "48 KB a block: the FP32-core attention (the mma.sync forward's tiles need 64 KB)" \
-  eval "attention_row cap48 | grep -q '^FP32 cores'"
+check "48 KB a block: the FP32-core attention (the mma.sync forward's tiles need 64 KB), its backward planned for 64 KB multiprocessors" \
+  eval "attention_row cap48 | grep -q '^FP32 cores.*the backward planned for 64 KB multiprocessors'"
+check "48 KB a block at hs 128: the FP32-core backward planned for 64 KB multiprocessors" \
+  eval "attention_row cap48_hs128 | grep -q '^FP32 cores (hs 128.*the backward planned for 64 KB multiprocessors'"
+check "compute_75 PTX on this GPU's multiprocessors: the FP32-core backward's plans of today" \
+  eval "attention_row compute_75 | grep -q '^FP32 cores' && ! attention_row compute_75 | grep -q 'planned for 64 KB'"
 check "99 KB a block: the tensor-core kernels with the default tiles at hs 64" \
   eval "attention_row cap99 | grep -qE 'mma.sync backward \(dQ 32 keys, dK/dV 64 queries'"
 check "99 KB a block at hs 128: the 16-row dQ and dK/dV tiles (the default ones need 128 KB)" \
