@@ -2783,10 +2783,10 @@ struct Fp32Tiling {
 
 // Chosen for hs = 64: 4 x 4 per thread where the tiles fit (8 shared loads per 64 fmaf), the dQ
 // kernel (q and dout rows both held) in 64 threads; hs = 128 halves the tiles to stay within 48 KB.
-// `small`: plans for multiprocessors of 64 KB (T4, RTX 20): every kernel within ~31 KB, so that two
-// blocks fit on one where today's 34-44 KB fit one (the lab measures them: attention.cu variant 11).
-__host__ __device__ constexpr Fp32Tiling fp32_forward_tiling(int hs, bool small = false) {
-    if (small) { return hs <= 64 ? Fp32Tiling{128, 2, 4, 4} : Fp32Tiling{64, 2, 2, 4}; }
+// The backward's `small` plans, for multiprocessors of 64 KB (T4, RTX 20, P100): each kernel within
+// ~31 KB, so that two blocks fit on one where the others' 34-43 KB fit one (lab: attention.cu variant
+// 11). The forward has one plan: its small one (30 KB at hs 64) was slower there too (dev/cuda/README.md).
+__host__ __device__ constexpr Fp32Tiling fp32_forward_tiling(int hs) {
     return hs <= 64 ? Fp32Tiling{128, 4, 4, 4} : Fp32Tiling{128, 2, 2, 4};
 }
 __host__ __device__ constexpr Fp32Tiling fp32_dq_tiling(int hs, bool small = false) {
@@ -2806,9 +2806,9 @@ constexpr int FP32_PARTIAL_ROWS = 16;             // tokens per row of the bias 
 // rows, a K tile and a V tile that dS^T replaces once dP is done; dK/dV's k and v rows, a q and a
 // dout tile, P and dS, and two statistics per query of the tile.
 
-__host__ __device__ constexpr int fp32_forward_shared_floats(int hs, bool small = false) {
-    return (fp32_forward_tiling(hs, small).rows() + 2 * fp32_forward_tiling(hs, small).tile()) * (hs + FP32_PAD) +
-           fp32_forward_tiling(hs, small).tile() * (fp32_forward_tiling(hs, small).rows() + FP32_PAD);
+__host__ __device__ constexpr int fp32_forward_shared_floats(int hs) {
+    return (fp32_forward_tiling(hs).rows() + 2 * fp32_forward_tiling(hs).tile()) * (hs + FP32_PAD) +
+           fp32_forward_tiling(hs).tile() * (fp32_forward_tiling(hs).rows() + FP32_PAD);
 }
 __host__ __device__ constexpr int fp32_dq_shared_floats(int hs, bool small = false) {
     return (2 * fp32_dq_tiling(hs, small).rows() + fp32_dq_tiling(hs, small).tile()) * (hs + FP32_PAD) +
@@ -3022,13 +3022,13 @@ __device__ void fp32_store_columns(float* dst_t, size_t tokens, const float (&ac
 // Forward: out = P v per block of queries, online softmax (a row's maximum over its 8 threads,
 // its sum kept per thread until the end) or ReLU.
 
-template <AttentionKind KIND, int HS, bool SMALL = false>
-__global__ void __launch_bounds__(fp32_forward_tiling(HS, SMALL).threads, fp32_forward_tiling(HS, SMALL).min_blocks)
+template <AttentionKind KIND, int HS>
+__global__ void __launch_bounds__(fp32_forward_tiling(HS).threads, fp32_forward_tiling(HS).min_blocks)
     flash_fp32_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH) {
-    constexpr Fp32Tiling TILING = fp32_forward_tiling(HS, SMALL);
+    constexpr Fp32Tiling TILING = fp32_forward_tiling(HS);
     constexpr int THREADS = TILING.threads, RQ = TILING.ra, RK = TILING.rb, TQ = THREADS / 8;
     constexpr int QUERIES = TILING.rows(), KEYS = TILING.tile(), DIMS = HS / 8;
-    static_assert(fp32_forward_shared_floats(HS, SMALL) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
+    static_assert(fp32_forward_shared_floats(HS) <= FP32_SHARED_LIMIT, "48 KB of shared memory");
     extern __shared__ float smem[];
     constexpr int ROW = HS + FP32_PAD;       // floats per row of a row tile
     float* q_tile = smem;                    // QUERIES x HS
@@ -3322,11 +3322,9 @@ __global__ void __launch_bounds__(fp32_dkdv_tiling(HS, SMALL).threads, fp32_dkdv
 }
 
 // Launchers of the FP32-core kernels, which the section's launchers call (FlashForward, FlashBackward):
-// at most 48 KB of dynamic shared memory a block, so no attribute to set. SMALL: the plans for 64 KB
-// multiprocessors (the lab's variant 11), which the backward takes on such GPUs (g_small_sm); the
-// forward keeps today's, faster there too (dev/cuda/README.md).
+// at most 48 KB of dynamic shared memory a block, so no attribute to set. The backward's SMALL: its
+// plans for 64 KB multiprocessors, which it takes on such GPUs (g_small_sm).
 
-template <bool SMALL = false>
 struct FlashFp32Forward {
     float* out;
     float* lse;
@@ -3334,10 +3332,10 @@ struct FlashFp32Forward {
     int B, T, NH;
     template <AttentionKind KIND, int HS>
     void run() const {
-        constexpr Fp32Tiling TILING = fp32_forward_tiling(HS, SMALL);
+        constexpr Fp32Tiling TILING = fp32_forward_tiling(HS);
         dim3 grid(B * NH, ceil_div(T, TILING.rows()));
-        size_t shared = fp32_forward_shared_floats(HS, SMALL) * sizeof(float);
-        flash_fp32_forward_kernel<KIND, HS, SMALL><<<grid, TILING.threads, shared>>>(out, lse, qkv, T, NH);
+        size_t shared = fp32_forward_shared_floats(HS) * sizeof(float);
+        flash_fp32_forward_kernel<KIND, HS><<<grid, TILING.threads, shared>>>(out, lse, qkv, T, NH);
         cudaCheck(cudaGetLastError());
     }
 };
@@ -3474,7 +3472,7 @@ struct FlashForward {
     void run() const {
         FlashPlan plan = flash_plan(HS, SPLIT);
         if (!plan.tensor_cores) {
-            FlashFp32Forward<> launch = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .NH = NH};
+            FlashFp32Forward launch = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .NH = NH};
             launch.run<KIND, HS>();
         } else if (plan.wgmma) {
             if constexpr (!SPLIT) {

@@ -14,9 +14,9 @@ Kernel lab: causal attention (softmax and ReLU), forward and backward.
              (below; slower than the trainer's, kept here)
   variant 10 the trainer's flash attention on the FP32 cores (fmaf only, no mma.sync or cp.async: what
              GPUs before Ampere run); also timed against the FP32 FMA peak of the device
-  variant 11 variant 10 with the plans for 64 KB multiprocessors (T4, RTX 20: every kernel within
-             ~31 KB, two blocks where variant 10's fit one; fp32_*_tiling(hs, true)); the trainer's
-             backward takes them on such GPUs, its forward keeps variant 10's (faster there too)
+  variant 11 the trainer's FP32-core path on 64 KB multiprocessors (T4, RTX 20, P100): variant 10's
+             forward, the backward with its plans for them (each kernel within ~31 KB, two blocks
+             where variant 10's fit one; fp32_*_tiling(hs, true))
 LAB_SM_KB=64 holds the FP32-core kernels (variants 10 and 11) to 64 KB of shared memory per
 multiprocessor (the carveout preference), so that as many of their blocks run at once as on a
 64 KB multiprocessor; their rows then measure that occupancy on this GPU.
@@ -1258,18 +1258,8 @@ static void buffers_free(Buffers* d) {
     }
 }
 
-// Variant 11: the trainer's FP32-core launchers with the plans for 64 KB multiprocessors; the bias
-// gradient from their partials as the trainer's FlashBackward sums it.
-struct FlashForwardSmallSm {
-    FlashForward trainer;
-    template <AttentionKind KIND, int HS, bool SPLIT>
-    void run() const {
-        const FlashForward& t = trainer;
-        FlashFp32Forward<true> launch = {.out = t.out, .lse = t.lse, .qkv = t.qkv, .B = t.B, .T = t.T, .NH = t.NH};
-        launch.run<KIND, HS>();
-    }
-};
-
+// Variant 11: the trainer's FP32-core path on 64 KB multiprocessors: its forward (variant 10's) and
+// the backward's plans for them; the bias gradient from their partials as FlashBackward sums it.
 struct FlashBackwardSmallSm {
     FlashBackward trainer;
     template <AttentionKind KIND, int HS, bool SPLIT>
@@ -1288,12 +1278,12 @@ struct FlashBackwardSmallSm {
 // once as on a GPU with that much (a T4's 64 KB); printed with the blocks the occupancy API reports.
 template <AttentionKind KIND, int HS, bool SMALL>
 static void hold_fp32_kernels(int percent) {
-    const void* kernels[] = {(const void*)flash_fp32_forward_kernel<KIND, HS, SMALL>,
+    const void* kernels[] = {(const void*)flash_fp32_forward_kernel<KIND, HS>,
                              (const void*)flash_fp32_dq_kernel<KIND, HS, SMALL>,
                              (const void*)flash_fp32_dkdv_kernel<KIND, HS, SMALL>};
-    const int threads[] = {fp32_forward_tiling(HS, SMALL).threads, fp32_dq_tiling(HS, SMALL).threads,
+    const int threads[] = {fp32_forward_tiling(HS).threads, fp32_dq_tiling(HS, SMALL).threads,
                            fp32_dkdv_tiling(HS, SMALL).threads};
-    const size_t shared[] = {fp32_forward_shared_floats(HS, SMALL) * sizeof(float),
+    const size_t shared[] = {fp32_forward_shared_floats(HS) * sizeof(float),
                              fp32_dq_shared_floats(HS, SMALL) * sizeof(float),
                              fp32_dkdv_shared_floats(HS, SMALL) * sizeof(float)};
     const char* names[] = {"forward", "dQ", "dK/dV"};
@@ -1338,9 +1328,6 @@ static void run_forward(Buffers* d, AttentionKind kind, int variant) {
         if (variant == 7) {
             FlashForwardPipelined launch = {{d->out, d->lse, d->qkv, s.B, s.T, s.NH}};
             flash_dispatch(launch, s.hs, kind, false, "variant 7");
-        } else if (variant == FP32_SMALL_SM_VARIANT) {
-            FlashForwardSmallSm launch = {{d->out, d->lse, d->qkv, s.B, s.T, s.NH}};
-            flash_dispatch(launch, s.hs, kind, false, "variant 11");
         } else {
             flash_attention_forward(d->out, d->lse, d->qkv, s.B, s.T, s.NH, s.hs, kind, variant == 3);
         }
@@ -1662,10 +1649,10 @@ static void flash_executed_flops(Shape s, bool split, bool wgmma, bool wgmma_dq,
     if (wgmma_dkdv) { *backward += heads * unit * (4 * group_dkdv_tiles * WG_KEYS - dkdv_tiles * queries) * 4; }
 }
 
-// Variant 10's and 11's (small) executed FLOPs: per block, its whole tiles up to the diagonal; the
+// Variant 10's and 11's (small: the backward's plans) executed FLOPs: per block, its whole tiles up to the diagonal; the
 // forward 2 products per (query, key) pair, the dQ kernel 3 and the dK/dV kernel 4 (P recomputed in both).
 static void fp32_executed_flops(Shape s, bool small, double* forward, double* backward) {
-    Fp32Tiling fwd = fp32_forward_tiling(s.hs, small), dq = fp32_dq_tiling(s.hs, small);
+    Fp32Tiling fwd = fp32_forward_tiling(s.hs), dq = fp32_dq_tiling(s.hs, small);
     Fp32Tiling dkdv = fp32_dkdv_tiling(s.hs, small);
     double forward_pairs = 0, dq_pairs = 0, dkdv_pairs = 0;
     for (int query0 = 0; query0 < s.T; query0 += fwd.rows()) {
