@@ -5319,7 +5319,11 @@ static bool cuda_setup(int precision, int local_rank = 0) {
     g_tf32_cores = built_arch >= 800;
     g_shared_limit = prop.sharedMemPerBlockOptin;
     int cap_kb = env_int("GPT2_TEST_SHARED_KB", SHARED_LIMIT_LEAST_KB, 1024, 0);
-    if (cap_kb > 0) { g_shared_limit = std::min(g_shared_limit, (size_t)cap_kb * 1024); }
+    if (cap_kb > 0) {  // said, so that a test can see the cap took effect on this process
+        g_shared_limit = std::min(g_shared_limit, (size_t)cap_kb * 1024);
+        printf("GPT2_TEST_SHARED_KB: the kernels planned for %zu KB of shared memory a block (this GPU: %zu KB)\n",
+               g_shared_limit / 1024, (size_t)prop.sharedMemPerBlockOptin / 1024);
+    }
     g_small_sm = std::min(prop.sharedMemPerMultiprocessor, g_shared_limit) <= 64 * 1024;
     snprintf(g_device_name, sizeof(g_device_name), "%s", prop.name);
     g_precision = g_tf32_cores ? (MatmulPrecision)precision : MATMUL_FP32;

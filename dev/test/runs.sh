@@ -18,6 +18,13 @@ fails_with() {  # fails_with FRAGMENT COMMAND...: the command must exit non-zero
   out=$("$@" 2>&1) && return 1
   grep -qF -- "$fragment" <<< "$out" || { echo "      got: $(tail -n 2 <<< "$out")"; return 1; }
 }
+# capped_below_gpu LOG KB: LOG's process planned its kernels for KB of shared memory a block
+# (GPT2_TEST_SHARED_KB), less than its GPU has: the cap took effect
+capped_below_gpu() {
+  local gpu
+  gpu=$(sed -n "s/^GPT2_TEST_SHARED_KB: the kernels planned for $2 KB of shared memory a block (this GPU: \([0-9]*\) KB)$/\1/p" "$1")
+  [ -n "$gpu" ] && [ "$gpu" -gt "$2" ] || { echo "      $1: no cap of $2 KB below the GPU's"; return 1; }
+}
 # The test binary's checks on the committed PyTorch fixtures, the flags of one run each: every -f
 # for both attention kinds, then --decode (gpu_tests.sh and test_other_paths.sh; gpu_tests.sh adds
 # the chunked split products and the Hugging Face model).

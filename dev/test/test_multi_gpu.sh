@@ -319,8 +319,8 @@ checks_at_2_only() {
   check "ranks whose GPUs run other kernels stop at start (rank 1 plans for 48 KB a block: the FP32 cores)" \
     fails_with "rank 1: the kernels the GPUs run" planned_for 48
   next_port
-  check "ranks whose shared memory differs but not their kernels run (rank 1 plans for 226 KB a block)" \
-    planned_for 226
+  check "ranks whose shared memory differs but not their kernels run (rank 1 plans for 226 KB a block, below its GPU's)" \
+    eval "planned_for 226 && capped_below_gpu '$work/planned1.log' 226"
   check "-d that does not divide over 2 GPUs: one error line" \
     errors_once "not a positive multiple of B*T*GPUs" "$trainer" $flags -x 4 -d 3072 -b 4 -t 256 --gpus 2
   check "a peer killed mid-run (no supervisor): rank 0 exits non-zero within 30 s" \

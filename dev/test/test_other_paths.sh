@@ -80,8 +80,8 @@ check "48 KB a block at hs 128: the FP32-core backward planned for 64 KB multipr
   eval "attention_row cap48_hs128 | grep -q '^FP32 cores (hs 128.*the backward planned for 64 KB multiprocessors'"
 check "compute_75 PTX on this GPU's multiprocessors: the FP32-core backward's plans of today" \
   eval "attention_row compute_75 | grep -q '^FP32 cores' && ! attention_row compute_75 | grep -q 'planned for 64 KB'"
-check "99 KB a block: the tensor-core kernels with the default tiles at hs 64" \
-  eval "attention_row cap99 | grep -qE 'mma.sync backward \(dQ 32 keys, dK/dV 64 queries'"
+check "99 KB a block (below this GPU's): the tensor-core kernels with the default tiles at hs 64" \
+  eval "capped_below_gpu '$work/cap99_a.log' 99 && attention_row cap99 | grep -qE 'mma.sync backward \(dQ 32 keys, dK/dV 64 queries'"
 check "99 KB a block at hs 128: the 16-row dQ and dK/dV tiles (the default ones need 128 KB)" \
   eval "attention_row cap99_hs128 | grep -qE 'mma.sync backward \(dQ 16 keys, dK/dV 16 queries'"
 if [ -x dev/cuda/attention ]; then
