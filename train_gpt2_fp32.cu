@@ -1478,6 +1478,12 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
     matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
 }
 
+// Whether gemm_tf32 takes this model's fc + GELU and LM head logits here (the configuration table,
+// the ranks' kernel fingerprint; the trainer's buffers are aligned).
+static bool gemm_tf32_takes_model(const ModelShape* c) {
+    return gemm_tf32_fits(nullptr, nullptr, nullptr, nullptr, 4, c->channels);
+}
+
 // The fc layer and its GELU: fch (N, OC) = inp (N, C) @ weight (OC, C)^T + bias, fch_gelu = GELU(fch):
 // our GEMM with the GELU in its epilogue where it fits (faster in the lab than the two passes), else
 // cuBLASLt and gelu_forward.
@@ -2790,7 +2796,9 @@ __host__ __device__ constexpr Fp32Tiling fp32_forward_tiling(int hs) {
     return hs <= 64 ? Fp32Tiling{128, 4, 4, 4} : Fp32Tiling{128, 2, 2, 4};
 }
 __host__ __device__ constexpr Fp32Tiling fp32_dq_tiling(int hs, bool small = false) {
-    if (small) { return hs <= 32 ? Fp32Tiling{128, 4, 4, 4} : hs <= 64 ? Fp32Tiling{64, 4, 2, 5} : Fp32Tiling{64, 2, 1, 4}; }
+    if (small) {
+        return hs <= 32 ? Fp32Tiling{128, 4, 4, 4} : hs <= 64 ? Fp32Tiling{64, 4, 2, 5} : Fp32Tiling{64, 2, 1, 4};
+    }
     return hs <= 32 ? Fp32Tiling{128, 4, 4, 4} : hs <= 64 ? Fp32Tiling{64, 4, 4, 5} : Fp32Tiling{64, 2, 2, 4};
 }
 __host__ __device__ constexpr Fp32Tiling fp32_dkdv_tiling(int hs, bool small = false) {
@@ -2807,18 +2815,17 @@ constexpr int FP32_PARTIAL_ROWS = 16;             // tokens per row of the bias 
 // dout tile, P and dS, and two statistics per query of the tile.
 
 __host__ __device__ constexpr int fp32_forward_shared_floats(int hs) {
-    return (fp32_forward_tiling(hs).rows() + 2 * fp32_forward_tiling(hs).tile()) * (hs + FP32_PAD) +
-           fp32_forward_tiling(hs).tile() * (fp32_forward_tiling(hs).rows() + FP32_PAD);
+    Fp32Tiling t = fp32_forward_tiling(hs);
+    return (t.rows() + 2 * t.tile()) * (hs + FP32_PAD) + t.tile() * (t.rows() + FP32_PAD);
 }
 __host__ __device__ constexpr int fp32_dq_shared_floats(int hs, bool small = false) {
-    return (2 * fp32_dq_tiling(hs, small).rows() + fp32_dq_tiling(hs, small).tile()) * (hs + FP32_PAD) +
-           fp32_dq_tiling(hs, small).tile() * (hs > fp32_dq_tiling(hs, small).rows() ? hs : fp32_dq_tiling(hs, small).rows()) +
-           fp32_dq_tiling(hs, small).tile() * FP32_PAD;
+    Fp32Tiling t = fp32_dq_tiling(hs, small);
+    return (2 * t.rows() + t.tile()) * (hs + FP32_PAD) + t.tile() * (hs > t.rows() ? hs : t.rows()) +
+           t.tile() * FP32_PAD;
 }
 __host__ __device__ constexpr int fp32_dkdv_shared_floats(int hs, bool small = false) {
-    return 2 * (fp32_dkdv_tiling(hs, small).rows() + fp32_dkdv_tiling(hs, small).tile()) * (hs + FP32_PAD) +
-           2 * fp32_dkdv_tiling(hs, small).tile() * (fp32_dkdv_tiling(hs, small).rows() + FP32_PAD) +
-           2 * fp32_dkdv_tiling(hs, small).tile();
+    Fp32Tiling t = fp32_dkdv_tiling(hs, small);
+    return 2 * (t.rows() + t.tile()) * (hs + FP32_PAD) + 2 * t.tile() * (t.rows() + FP32_PAD) + 2 * t.tile();
 }
 
 // Float offset of (row, col) in a [rows][W] tile, rows W + FP32_PAD floats apart.
@@ -5689,9 +5696,8 @@ static std::string run_config_table(const Run* run, int val_B) {
     table_row(&table, "gradient clipping", r->grad_clip > 0.0f ? "global norm %g" : "off", r->grad_clip);
     table_row(&table, "matmul precision", "%s%s", precision_name(g_precision),
               g_tf32_cores ? "" : ", every -f: no TF32 tensor cores in this GPU or build");
-    bool ours = gemm_tf32_fits(nullptr, nullptr, nullptr, nullptr, 4, c->channels);
     table_row(&table, "matrix products", "cuBLASLt%s",
-              ours ? "; fc + GELU and the LM head's logits: gemm_tf32 (TMA, wgmma)" : "");
+              gemm_tf32_takes_model(c) ? "; fc + GELU and the LM head's logits: gemm_tf32 (TMA, wgmma)" : "");
     std::string attention_path = flash_path_name(c->channels / c->num_heads, g_precision != MATMUL_TF32);
     table_row(&table, "attention kernels", "%s", attention_path.c_str());
     table_row(&table, "seed", "%llu", (unsigned long long)r->seed);
@@ -5810,20 +5816,19 @@ static void run_init_writer(Run* run) {
     }
 }
 
-// Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
 // The kernels this GPU computes the model with: the products' precision and whether our GEMM takes
 // its shapes, and the attention's plan. Every rank must run the same ones for its gradients to have
 // the bits of one GPU's, so the ranks compare this hash; GPUs that differ only in what no plan
 // uses (a larger shared-memory limit, more multiprocessors) agree.
 static uint64_t kernel_paths_fingerprint(const ModelShape* c) {
     FlashPlan plan = flash_plan(c->channels / c->num_heads, g_precision != MATMUL_TF32);
-    uint32_t paths[] = {(uint32_t)g_precision, g_tf32_cores,
-                        gemm_tf32_fits(nullptr, nullptr, nullptr, nullptr, 4, c->channels),
+    uint32_t paths[] = {(uint32_t)g_precision, g_tf32_cores, gemm_tf32_takes_model(c),
                         plan.tensor_cores, plan.wgmma, (uint32_t)plan.dq_keys, (uint32_t)plan.dkdv_queries,
                         plan.fp32_small_sm};
     return fnv1a(FNV1A_OFFSET, paths, sizeof(paths) / sizeof(paths[0]));
 }
 
+// Joins the run (its GPU, its rank), builds the model and the data, restores a checkpoint.
 static void run_init(Run* run, const LaunchInfo* me, const TrainArgs& parsed) {
     *run = Run();
     TrainArgs* args = &run->args;
