@@ -1816,6 +1816,44 @@ constexpr int FLASH_ROWS = 16 * FLASH_WARPS;  // queries (forward, dQ) or keys (
 constexpr int FLASH_DQ_KEYS = 32;             // keys per tile of the dQ kernel
 constexpr int FLASH_SMALL_TILE = 16;  // dQ keys and dK/dV queries per tile where the above do not fit (flash_plan)
 
+// A log-sum-exp (natural units) in exponent_scale's units (below).
+template <bool SPLIT>
+__device__ __forceinline__ float lse_in_exponent_units(float lse) { return SPLIT ? lse : lse * LOG2E; }
+
+// ReLU attention's normalisation of query t: 1 / its keys (t + 1).
+__device__ __forceinline__ float relu_row_scale(int t) { return 1.0f / (t + 1); }
+
+// The first of a query's two statistics for the backward (probability_and_gradient): softmax its
+// log-sum-exp in exponent units (0 past T), ReLU its relu_row_scale.
+template <AttentionKind KIND, bool SPLIT>
+__device__ __forceinline__ float query_statistic(const float* lse_head, int t, int T) {
+    if (KIND == ATTENTION_RELU) { return relu_row_scale(t); }
+    return t < T ? lse_in_exponent_units<SPLIT>(lse_head[t]) : 0.0f;
+}
+
+// The second, softmax's delta = dout . out of a query row: PARTS neighbouring lanes sum the float4s
+// part, part + PARTS, ... of the head's dimensions in order, then their sums are added by shuffles
+// (every one of the lanes gets it); rows past T (`inside` false) give 0.
+template <int HS, int PARTS>
+__device__ __forceinline__ float query_delta(const float* do_row, const float* out_row, bool inside, int part,
+                                             const cg::thread_block_tile<32>& warp) {
+    float sum = 0.0f;
+    if (inside) {
+#pragma unroll
+        for (int m = part; m < HS / 4; m += PARTS) {
+            sum += sum4(((const float4*)do_row)[m] * ((const float4*)out_row)[m]);
+        }
+    }
+#pragma unroll
+    for (int lanes = 1; lanes < PARTS; lanes *= 2) { sum += warp.shfl_xor(sum, lanes); }
+    return sum;
+}
+
+// Whether the score of a pair is masked by causality: its key after its query (rows are queries and
+// columns keys, or with KEY_ROWS the other way round).
+template <bool KEY_ROWS>
+__device__ __forceinline__ bool causal_masked(int row, int col) { return KEY_ROWS ? row > col : col > row; }
+
 // Keys per tile of the forward kernel, queries per tile of the dK/dV kernel, and the CTAs per
 // multiprocessor the register allocation must allow: chosen on an H200 for hs = 64, smaller for
 // hs = 128 and for the split products, which need more registers.
@@ -2079,7 +2117,7 @@ __device__ __forceinline__ float forward_row_scale(float* lse, size_t head_rows,
                                                    int row, int T, bool first_lane,
                                                    const cg::thread_block_tile<32>& warp) {
     if constexpr (KIND != ATTENTION_SOFTMAX) {
-        return 1.0f / (row + 1);
+        return relu_row_scale(row);
     } else {
 #pragma unroll
         for (int offset = 1; offset < LANES; offset *= 2) { sum += warp.shfl_xor(sum, offset); }
@@ -2174,7 +2212,7 @@ __device__ void mask_causal(float s[N / 8][4], int row0, int col0, float masked,
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             int row = row0 + g + (i >= 2 ? 8 : 0), col = col0 + 8 * n + 2 * q + (i & 1);
-            if (KEY_ROWS ? row > col : col > row) { s[n][i] = masked; }
+            if (causal_masked<KEY_ROWS>(row, col)) { s[n][i] = masked; }
         }
     }
 }
@@ -2527,35 +2565,25 @@ __device__ __forceinline__ void probability_and_gradient(float& s, float& dp, fl
     }
 }
 
-// The statistics of rows row0 + g and row0 + g + 8 of a warp, for probability_and_gradient:
-// softmax, stat_a the log-sum-exp in exponent units and stat_b delta = dout . out (lane pair 2r,
-// 2r+1 sums row r's halves; also written to delta_head for the dK/dV kernel); ReLU, stat_a 1/(t+1).
+// The statistics of rows row0 + g and row0 + g + 8 of a warp (query_statistic, query_delta), for
+// probability_and_gradient: lane pair 2r, 2r+1 computes row r's delta, also written to delta_head
+// for the dK/dV kernel.
 template <AttentionKind KIND, int HS, bool SPLIT>
 __device__ void row_statistics(float stat_a[2], float stat_b[2], float* delta_head, const float* lse_head,
-                               const float* do_head, const float* out_head, int C, int row0, int T, float scale,
+                               const float* do_head, const float* out_head, int C, int row0, int T,
                                const cg::thread_block_tile<32>& warp) {
     int lane = warp.thread_rank(), g = lane >> 2;
     stat_b[0] = stat_b[1] = 0.0f;
     if (KIND == ATTENTION_SOFTMAX) {
         int row = row0 + lane / 2;
-        float sum = 0.0f;
-        if (row < T) {
-            const float4* d4 = (const float4*)(do_head + (size_t)row * C) + (lane & 1) * HS / 8;
-            const float4* o4 = (const float4*)(out_head + (size_t)row * C) + (lane & 1) * HS / 8;
-#pragma unroll
-            for (int i = 0; i < HS / 8; i++) { sum += sum4(d4[i] * o4[i]); }
-        }
-        sum += warp.shfl_xor(sum, 1);
+        float sum = query_delta<HS, 2>(do_head + (size_t)row * C, out_head + (size_t)row * C, row < T, lane & 1, warp);
         if ((lane & 1) == 0 && row < T) { delta_head[row] = sum; }
         stat_b[0] = warp.shfl(sum, 2 * g);
         stat_b[1] = warp.shfl(sum, 2 * (g + 8));
     }
-    float exp_scale = exponent_scale<SPLIT>(scale);
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-        int row = row0 + g + 8 * half;
-        if (KIND == ATTENTION_SOFTMAX) { stat_a[half] = row < T ? lse_head[row] * exp_scale / scale : 0.0f; }
-        else { stat_a[half] = 1.0f / (row + 1); }
+        stat_a[half] = query_statistic<KIND, SPLIT>(lse_head, row0 + g + 8 * half, T);
     }
 }
 
@@ -2596,7 +2624,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_dq_min_blocks(HS, SPLIT))
     }
     float stat_a[2], stat_b[2];
     row_statistics<KIND, HS, SPLIT>(stat_a, stat_b, delta + head_rows, lse + head_rows, do_head,
-                                    out + b * T * C + h * HS, C, warp_query0, T, scale, warp);
+                                    out + b * T * C + h * HS, C, warp_query0, T, warp);
     float dq[HS / 16][2][4] = {};  // transposed
 
     for (int tile = 0; tile < num_tiles; tile++) {
@@ -2647,7 +2675,7 @@ __device__ void load_query_stage(float* stage, const float* q_head, const float*
             cp_async4(stats + i, lse_head + (t < T ? t : 0), t < T);
             cp_async4(stats + QUERIES + i, delta_head + (t < T ? t : 0), t < T);
         } else {
-            stats[i] = 1.0f / (t + 1);
+            stats[i] = relu_row_scale(t);
         }
     }
 }
@@ -2663,7 +2691,7 @@ __device__ __forceinline__ void dkdv_tile(float dk[HS / 16][2][4], float dv[HS /
                                           int q) {
     constexpr int TILE = QUERIES * HS;
     const float *q_tile = stage, *do_tile = stage + TILE, *stat_a = stage + 2 * TILE, *stat_b = stat_a + QUERIES;
-    float exp_scale = exponent_scale<SPLIT>(scale), lse_scale = exp_scale / scale;
+    float exp_scale = exponent_scale<SPLIT>(scale);
     warp_scores<HS, QUERIES, SPLIT, HOLD>(s, k_frag, k_tile, warp_row, q_tile, off);
     if (query0 < warp_key0 + 15) {
         mask_causal<QUERIES, true>(s, warp_key0, query0, KIND == ATTENTION_SOFTMAX ? -INFINITY : 0.0f, g, q);
@@ -2675,7 +2703,7 @@ __device__ __forceinline__ void dkdv_tile(float dk[HS / 16][2][4], float dv[HS /
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             float column_a = (i & 1) ? pair_a.y : pair_a.x, column_b = (i & 1) ? pair_b.y : pair_b.x;
-            if (KIND == ATTENTION_SOFTMAX) { column_a *= lse_scale; }
+            if (KIND == ATTENTION_SOFTMAX) { column_a = lse_in_exponent_units<SPLIT>(column_a); }
             probability_and_gradient<KIND, SPLIT>(s[n][i], dp[n][i], scale, exp_scale, column_a, column_b);
             s[n][i] = tf32_operand<SPLIT>(s[n][i]);
             dp[n][i] = tf32_operand<SPLIT>(dp[n][i]);
@@ -2946,8 +2974,7 @@ __device__ __forceinline__ void fp32_mask_causal(float (&s)[RA][RB], int row, in
     for (int i = 0; i < RA; i++) {
 #pragma unroll
         for (int j = 0; j < RB; j++) {
-            int r = row + A_STEP * i, c = col + 8 * j;
-            if (KEY_ROWS ? r > c : c > r) { s[i][j] = masked; }
+            if (causal_masked<KEY_ROWS>(row + A_STEP * i, col + 8 * j)) { s[i][j] = masked; }
         }
     }
 }
@@ -3164,32 +3191,18 @@ __global__ void __launch_bounds__(fp32_dq_tiling(HS, SMALL).threads, fp32_dq_til
     fp32_load_rows<QUERIES, HS, THREADS>(do_tile, do_head, C, query0, T);
     fp32_load_rows<KEYS, HS, THREADS>(k_tile, q_head + C, row_stride, 0, T);
     fp32_load_rows<KEYS, HS, THREADS>(v_tile, q_head + 2 * C, row_stride, 0, T);
-    // The statistics of the thread's rows for probability_and_gradient: softmax, stat_a the
-    // log-sum-exp in exponent units and stat_b delta = dout . out (a row's 8 threads sum their
-    // dimensions'; written for the dK/dV kernel); ReLU, stat_a 1/(t+1). Rows >= T: 0.
+    // The statistics of the thread's rows for probability_and_gradient (query_statistic; query_delta
+    // over a row's 8 threads, written for the dK/dV kernel).
     float stat_a[RQ], stat_b[RQ];
 #pragma unroll
     for (int i = 0; i < RQ; i++) {
         int row = query0 + ta + TQ * i;
+        stat_a[i] = query_statistic<KIND, false>(lse + head_rows, row, T);
         stat_b[i] = 0.0f;
         if (KIND == ATTENTION_SOFTMAX) {
-            float sum = 0.0f;
-            if (row < T) {
-#pragma unroll
-                for (int m = 0; m < HS / 32; m++) {
-                    float4 d = *(const float4*)(do_head + (size_t)row * C + 4 * (tb + 8 * m));
-                    float4 y = *(const float4*)(out_head + (size_t)row * C + 4 * (tb + 8 * m));
-                    sum += sum4(d * y);
-                }
-            }
-            sum += warp.shfl_xor(sum, 1);
-            sum += warp.shfl_xor(sum, 2);
-            sum += warp.shfl_xor(sum, 4);
-            if (tb == 0 && row < T) { delta[head_rows + row] = sum; }
-            stat_b[i] = sum;
-            stat_a[i] = row < T ? lse[head_rows + row] * LOG2E : 0.0f;
-        } else {
-            stat_a[i] = 1.0f / (row + 1);
+            size_t at = (size_t)row * C;
+            stat_b[i] = query_delta<HS, 8>(do_head + at, out_head + at, row < T, tb, warp);
+            if (tb == 0 && row < T) { delta[head_rows + row] = stat_b[i]; }
         }
     }
     block.sync();
@@ -3232,17 +3245,16 @@ __global__ void __launch_bounds__(fp32_dq_tiling(HS, SMALL).threads, fp32_dq_til
                                         partials, row_stride, smem, ta, tb);
 }
 
-// One query tile's statistics (dK/dV), per query: lse in exponent units (softmax) or 1/(t+1) (ReLU),
-// then delta (softmax; 0 for ReLU); 0 past T. Thread tid < 2 QUERIES fetches one.
+// One query tile's statistics (dK/dV), per query: query_statistic, then delta (softmax; 0 for ReLU
+// and past T). Thread tid < 2 QUERIES fetches one.
 template <AttentionKind KIND, int QUERIES>
 __device__ __forceinline__ float fp32_fetch_statistic(const float* lse_head, const float* delta_head, int query0,
                                                       int T) {
     int t = query0 + threadIdx.x % QUERIES;
     bool is_lse = threadIdx.x < QUERIES;
     if (threadIdx.x >= 2 * QUERIES) { return 0.0f; }
-    if (KIND == ATTENTION_RELU) { return is_lse ? 1.0f / (t + 1) : 0.0f; }
-    if (t >= T) { return 0.0f; }
-    return is_lse ? lse_head[t] * LOG2E : delta_head[t];
+    if (is_lse) { return query_statistic<KIND, false>(lse_head, t, T); }
+    return KIND == ATTENTION_SOFTMAX && t < T ? delta_head[t] : 0.0f;
 }
 
 template <AttentionKind KIND, int HS, bool SMALL = false>

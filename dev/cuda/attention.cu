@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
     store_values_transposed<HS>(stages + 2 * TILE, k_next);
     float stat_a[2], stat_b[2];
     row_statistics<KIND, HS, false>(stat_a, stat_b, delta + head_rows, lse + head_rows, do_head,
-                                    out + b * T * C + h * HS, C, warp_query0, T, scale, warp);
+                                    out + b * T * C + h * HS, C, warp_query0, T, warp);
     float dq[HS / 8][4] = {};
     const float* q_rows = q_tile + WG_QUERIES * group * 32;  // the warpgroup's rows of every panel
     const float* do_rows = do_tile + WG_QUERIES * group * 32;
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dkdv_wgmma_kernel(f
     const float* q_head = qkv + b * T * row_stride + h * HS;
     const float* do_head = dout + b * T * C + h * HS;
     int first_tile = key0 / QUERIES, num_tiles = ceil_div(T, QUERIES);
-    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale), lse_scale = exp_scale / scale;
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale);
 
     // a tile's statistics: thread t < QUERIES loads lse (softmax) of query t, the next QUERIES delta
     auto load_stat = [&](int query0) {
@@ -488,8 +488,8 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dkdv_wgmma_kernel(f
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int column = 8 * n + 2 * q + (i & 1);
-                    float column_a = KIND == ATTENTION_SOFTMAX ? stage_stats[column] * lse_scale
-                                                               : 1.0f / (query0 + column + 1);
+                    float column_a = KIND == ATTENTION_SOFTMAX ? lse_in_exponent_units<false>(stage_stats[column])
+                                                               : relu_row_scale(query0 + column);
                     probability_and_gradient<KIND, false>(s[n][i], dp[n][i], scale, exp_scale, column_a,
                                                           stage_stats[QUERIES + column]);
                     s[n][i] = tf32_round_for_mma(s[n][i]);
@@ -872,7 +872,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 2)
     float* dq_t = dqkv_t + h * HS * tokens + b * T;
     unsigned int* tile_counters = counters + 1 + (b * NH + h) * num_tiles;
     int first_tile = key0 / QUERIES;
-    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale), lse_scale = exp_scale / scale;
+    float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale);
 
     load_query_stage<KIND, HS, QUERIES>(smem, q_head, do_head, lse + head_rows, delta + head_rows, row_stride, C,
                                         first_tile * QUERIES, T);
@@ -921,7 +921,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 2)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     float column_a = (i & 1) ? pair_a.y : pair_a.x, column_b = (i & 1) ? pair_b.y : pair_b.x;
-                    if (KIND == ATTENTION_SOFTMAX) { column_a *= lse_scale; }
+                    if (KIND == ATTENTION_SOFTMAX) { column_a = lse_in_exponent_units<false>(column_a); }
                     probability_and_gradient<KIND, false>(s[n][i], dp[n][i], scale, exp_scale, column_a, column_b);
                     s[n][i] = tf32_round_for_mma(s[n][i]);
                     dp[n][i] = tf32_round_for_mma(dp[n][i]);
