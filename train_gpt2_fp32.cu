@@ -841,6 +841,21 @@ __device__ __forceinline__ void wgmma_64x32_registers(float d[16], const float a
         : WG_A4(a), "l"(b));
 }
 
+// d (64 x 128) = [d +] A (64 x 8, registers) * B (128 x 8, shared)^T
+__device__ __forceinline__ void wgmma_64x128_registers(float d[64], const float a[4], uint64_t b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24), WG_D8(d, 32), WG_D8(d, 40), WG_D8(d, 48),
+          WG_D8(d, 56)
+        : WG_A4(a), "l"(b), "r"((int)accumulate));
+}
+
 // Waits until at most one committed group of this warpgroup's MMAs is still running.
 __device__ __forceinline__ void wgmma_wait_one() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
@@ -1233,20 +1248,6 @@ static void matmul_split(float* out, const float* a, const float* b, const float
     }
 }
 
-// out = alpha op(a) op(b) + beta out [+ bias] in the precision g_precision, operands stored densely.
-static void matmul(float* out, const float* a, const float* b, const float* bias, int m, int n, int k, bool trans_a,
-                   bool trans_b, float alpha, float beta, int batch = 1, size_t stride_a = 0, size_t stride_b = 0,
-                   size_t stride_out = 0, cudaStream_t stream = 0) {
-    MatmulShape s = {.m = m, .n = n, .k = k, .trans_a = trans_a, .trans_b = trans_b, .lda = trans_a ? k : m,
-                     .ldb = trans_b ? n : k, .batch = batch, .stride_a = stride_a, .stride_b = stride_b,
-                     .stride_out = stride_out, .tf32 = g_precision == MATMUL_TF32};
-    if (g_precision == MATMUL_SPLIT_TF32) {
-        matmul_split(out, a, b, bias, s, alpha, beta, stream);
-    } else {
-        matmul_call(out, a, b, bias, s, alpha, beta, stream);
-    }
-}
-
 // Our GEMM on Hopper (sm_90a, TF32): out (M, N) = a (M, K) b (N, K)^T [+ bias[col]], both operands
 // row-major with the summed dimension contiguous. A persistent CTA per multiprocessor takes tiles of
 // GEMM_TILE_M x GEMM_TILE_N of out (blockIdx.x, + gridDim.x, ...) in turn to its two consumer
@@ -1348,27 +1349,63 @@ __device__ __forceinline__ void gemm_ring_init(uint64_t* loaded, uint64_t* consu
     }
 }
 
-// Warpgroup 0, the producer: it gives up registers, and its first thread copies every stage of
-// this CTA's tiles (blockIdx.x, + gridDim.x, ...) in order into the ring of STAGES (a's GEMM_TILE_M x
-// 32 panel, then b's TILE_N x 32), a slot refilled once the consumers have freed it, running ahead
-// into the next tile.
-template <int STAGES, int TILE_N>
+// A product's work items: tiles of GEMM_TILE_M x tile_n in the grouped raster, each over one of
+// k_parts parts of the summed dimension (part_k_tiles stages of 32 values, the last part the rest);
+// item i is tile i % tiles of part i / tiles. CTA c takes items c, c + gridDim.x, ...
+struct GemmGrid {
+    int row_tiles, col_tiles, tile_n, k_tiles, part_k_tiles, items;
+};
+struct GemmWork {
+    int2 origin;  // out's first row and column
+    int part, k_tile0, k_tiles;
+};
+
+__host__ __device__ inline GemmGrid gemm_grid(int M, int N, int K, int tile_n, int k_parts) {
+    GemmGrid g;
+    g.row_tiles = ceil_div(M, GEMM_TILE_M);
+    g.col_tiles = ceil_div(N, tile_n);
+    g.tile_n = tile_n;
+    g.k_tiles = ceil_div(K, 32);
+    g.part_k_tiles = ceil_div(g.k_tiles, k_parts);
+    g.items = g.row_tiles * g.col_tiles * k_parts;
+    return g;
+}
+
+__device__ __forceinline__ GemmWork gemm_work(int item, const GemmGrid& g) {
+    int tiles = g.row_tiles * g.col_tiles;
+    GemmWork w;
+    w.origin = gemm_tile_origin(item % tiles, g.row_tiles, g.col_tiles, g.tile_n);
+    w.part = item / tiles;
+    w.k_tile0 = w.part * g.part_k_tiles;
+    w.k_tiles = min(g.part_k_tiles, g.k_tiles - w.k_tile0);
+    return w;
+}
+
+// The producer, one thread of warpgroup 0: it copies every stage of this CTA's work items in order
+// into the ring of STAGES slots STAGE_FLOATS apart (a's GEMM_TILE_M x 32 panel, then b's tile_n x
+// 32), a slot refilled once the consumers have freed it, running ahead into the next item. With
+// A_T, a is stored transposed (K, M): its panel is GEMM_TILE_M / 32 panels of 32 k-rows x 32 rows of a.
+template <int STAGES, int STAGE_FLOATS, bool A_T = false>
 __device__ __forceinline__ void gemm_produce(float* stages, uint64_t* loaded, uint64_t* consumed,
-                                             const CUtensorMap* a_map, const CUtensorMap* b_map, int row_tiles,
-                                             int col_tiles, int k_tiles) {
-    warpgroup_registers_lower<40>();
-    if (threadIdx.x != 0) { return; }
-    constexpr int STAGE_FLOATS = gemm_stage_floats(TILE_N);
+                                             const CUtensorMap* a_map, const CUtensorMap* b_map, const GemmGrid& grid) {
+    uint32_t bytes = gemm_stage_floats(grid.tile_n) * sizeof(float);
     int filled = 0;  // stages filled so far
-    for (int tile = blockIdx.x; tile < row_tiles * col_tiles; tile += gridDim.x) {
-        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, TILE_N);
-        for (int kt = 0; kt < k_tiles; kt++, filled++) {
+    for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
+        GemmWork work = gemm_work(item, grid);
+        for (int kt = work.k_tile0; kt < work.k_tile0 + work.k_tiles; kt++, filled++) {
             int slot = filled % STAGES;
             if (filled >= STAGES) { mbarrier_wait(&consumed[slot], (filled / STAGES - 1) & 1); }
             float* stage = stages + slot * STAGE_FLOATS;
-            mbarrier_expect_bytes(&loaded[slot], STAGE_FLOATS * sizeof(float));
-            tma_load_2d(stage, a_map, 32 * kt, origin.x, &loaded[slot]);
-            tma_load_2d(stage + GEMM_TILE_M * 32, b_map, 32 * kt, origin.y, &loaded[slot]);
+            mbarrier_expect_bytes(&loaded[slot], bytes);
+            if constexpr (A_T) {
+#pragma unroll
+                for (int j = 0; j < GEMM_TILE_M / 32; j++) {
+                    tma_load_2d(stage + 32 * 32 * j, a_map, work.origin.x + 32 * j, 32 * kt, &loaded[slot]);
+                }
+            } else {
+                tma_load_2d(stage, a_map, 32 * kt, work.origin.x, &loaded[slot]);
+            }
+            tma_load_2d(stage + GEMM_TILE_M * 32, b_map, 32 * kt, work.origin.y, &loaded[slot]);
         }
     }
 }
@@ -1397,8 +1434,12 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
         mbarrier_init_fence();
     }
     __syncthreads();
-    if (threadIdx.x < 128) {
-        gemm_produce<GEMM_STAGES, GEMM_TILE_N>(stages, loaded, consumed, &a_map, &b_map, row_tiles, col_tiles, k_tiles);
+    if (threadIdx.x < 128) {  // the producer warpgroup gives up registers
+        warpgroup_registers_lower<40>();
+        if (threadIdx.x == 0) {
+            gemm_produce<GEMM_STAGES, STAGE_FLOATS>(stages, loaded, consumed, &a_map, &b_map,
+                                                    gemm_grid(M, N, K, GEMM_TILE_N, 1));
+        }
         return;
     }
     warpgroup_registers_raise<232>();
@@ -1473,6 +1514,214 @@ static void gemm_tf32(float* out, float* gelu_out, const float* a, const float* 
     cudaCheck(cudaGetLastError());
 }
 
+// Split TF32 (-f 0) on our Hopper GEMM: out (M, N) = a (M, K) b (N, K)^T [+ bias] to FP32 accuracy,
+// the operands split as the tiles arrive rather than into scratch per product. A ring of
+// GEMM_SPLIT_STAGES holds a's 128 x 32 panel and b's 128 x 32 as TMA brings them, then b's lo part:
+// warps 1-3 of the producer warpgroup (the splitters) round b to its hi part in place and write the
+// lo part beside it. Both consumers take every tile (rows 0-63 and 64-127, all 128 columns), load
+// their rows of a as register fragments and split them there; per k-step of 8 they issue a_hi b_hi,
+// a_hi b_lo and a_lo b_hi into one accumulator (the lo lo left out is under 2^-22 of |a b|), which
+// each stage of 32 starts from zero and adds in FP32 to the tile's sum: the tensor cores'
+// accumulator, which drifts toward zero over long sums (matmul_split), sums 12 products at most.
+// Since a goes through registers it may be stored transposed, (K, M) (A_T: the input gradients'
+// transposed output gradients). Products with few tiles split K into k_parts (gemm_split_parts):
+// part 0 goes to out with the bias, part p to partials + (p - 1) rows_pad N, added to out in part
+// order (sum_arrays). Every sum has a fixed order: bit-identical run to run.
+constexpr int GEMM_SPLIT_TILE_N = 128;
+constexpr int GEMM_SPLIT_STAGES = 3;
+constexpr int GEMM_SPLIT_PANEL = 128 * 32;  // floats of a panel: a's, b's and b's lo part
+constexpr int GEMM_SPLITTERS = 96;          // warps 1-3 of warpgroup 0
+
+// The stages (a | b | b lo), the consumers' two staging buffers each, the barriers, the alignment.
+constexpr size_t gemm_split_shared_bytes() {
+    return GEMM_SPLIT_STAGES * (3 * GEMM_SPLIT_PANEL * sizeof(float) + 3 * sizeof(uint64_t)) +
+           4 * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
+}
+
+// The splitters (GEMM_SPLITTERS threads from thread 32): each stage's b panel, once landed, becomes
+// its hi part in place and its lo part in the next panel (as split_tf32_kernel), made visible to the
+// MMAs (the async proxy) before the consumers are told.
+__device__ __forceinline__ void gemm_split_stages(float* stages, uint64_t* loaded, uint64_t* split,
+                                                  const GemmGrid& grid) {
+    int n = 0;  // stages split so far
+    for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
+        for (int kt = gemm_work(item, grid).k_tiles; kt > 0; kt--, n++) {
+            int slot = n % GEMM_SPLIT_STAGES;
+            mbarrier_wait(&loaded[slot], (n / GEMM_SPLIT_STAGES) & 1);
+            float4* b = (float4*)(stages + (size_t)slot * 3 * GEMM_SPLIT_PANEL + GEMM_SPLIT_PANEL);
+            for (int i = threadIdx.x - 32; i < GEMM_SPLIT_PANEL / 4; i += GEMM_SPLITTERS) {
+                float4 x = b[i];
+                float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
+                float4 lo = x - hi;
+                b[GEMM_SPLIT_PANEL / 4 + i] = make_float4(tf32_round(lo.x), tf32_round(lo.y), tf32_round(lo.z),
+                                                          tf32_round(lo.w));
+                b[i] = hi;
+            }
+            fence_proxy_async();
+            mbarrier_arrive(&split[slot]);
+        }
+    }
+}
+
+template <bool A_T>
+__global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
+    const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+    const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap partials_map,
+    const float* bias, int M, int N, int K, int k_parts, int rows_pad) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int STAGES = GEMM_SPLIT_STAGES, STAGE_FLOATS = 3 * GEMM_SPLIT_PANEL;
+    extern __shared__ float shared_raw[];
+    float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b | b lo]
+    float* staging = stages + STAGES * STAGE_FLOATS;                     // [consumer][2][GEMM_STAGING_FLOATS]
+    uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
+    uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
+    uint64_t* split = consumed + STAGES;   // [STAGES]: b's hi and lo parts written
+    GemmGrid grid = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, k_parts);
+    if (threadIdx.x == 0) {
+        gemm_ring_init(loaded, consumed, STAGES, 256);
+        for (int s = 0; s < STAGES; s++) { mbarrier_init(&split[s], GEMM_SPLITTERS); }
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        warpgroup_registers_lower<40>();
+        if (threadIdx.x == 0) {
+            gemm_produce<STAGES, STAGE_FLOATS, A_T>(stages, loaded, consumed, &a_map, &b_map, grid);
+        } else if (threadIdx.x >= 32) {
+            gemm_split_stages(stages, loaded, split, grid);
+        }
+        return;
+    }
+    warpgroup_registers_raise<232>();
+    int consumer = threadIdx.x / 128 - 1, staged = 0, n = 0;  // n: stages taken so far
+    float* staging_buffers = staging + 2 * consumer * GEMM_STAGING_FLOATS;
+    int lane = threadIdx.x % 32, row = 64 * consumer + 16 * (threadIdx.x % 128 / 32) + lane / 4, q = lane % 4;
+    for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
+        GemmWork work = gemm_work(item, grid);
+        float sum[GEMM_SPLIT_TILE_N / 2] = {}, acc[GEMM_SPLIT_TILE_N / 2];
+        for (int kt = 0; kt < work.k_tiles; kt++, n++) {
+            int slot = n % STAGES;
+            mbarrier_wait(&loaded[slot], (n / STAGES) & 1);
+            mbarrier_wait(&split[slot], (n / STAGES) & 1);
+            const float* a = stages + slot * STAGE_FLOATS;
+            const float* b_hi = a + GEMM_SPLIT_PANEL;
+            const float* b_lo = b_hi + GEMM_SPLIT_PANEL;
+            float a_hi[4][4], a_lo[4][4];  // k-step ks: rows row, row + 8 of columns 8 ks + q, + 4
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int m = row + 8 * (i & 1), k = 8 * ks + q + 4 * (i >> 1);
+                    float x = a[A_T ? panel_offset(k, m, 32) : panel_offset(m, k, GEMM_TILE_M)];
+                    a_hi[ks][i] = tf32_round(x);
+                    a_lo[ks][i] = tf32_round(x - a_hi[ks][i]);
+                }
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                uint64_t hi = wgmma_descriptor(b_hi + 8 * ks), lo = wgmma_descriptor(b_lo + 8 * ks);
+                wgmma_64x128_registers(acc, a_hi[ks], hi, ks > 0);
+                wgmma_64x128_registers(acc, a_hi[ks], lo, true);
+                wgmma_64x128_registers(acc, a_lo[ks], hi, true);
+            }
+            wgmma_commit();
+            wgmma_wait_all();
+            pin_registers<GEMM_SPLIT_TILE_N / 2>(acc);
+            pin_registers<16>(&a_hi[0][0]);
+            pin_registers<16>(&a_lo[0][0]);
+            mbarrier_arrive(&consumed[slot]);
+#pragma unroll
+            for (int i = 0; i < GEMM_SPLIT_TILE_N / 2; i++) { sum[i] += acc[i]; }
+        }
+        int row0 = work.origin.x + 64 * consumer;
+        if (work.part == 0) {
+            gemm_store_tma<GEMM_SPLIT_TILE_N, false>(&out_map, nullptr, bias, staging_buffers, staged, sum, row0,
+                                                     work.origin.y, N, 1 + consumer);
+        } else {
+            gemm_store_tma<GEMM_SPLIT_TILE_N, false>(&partials_map, nullptr, nullptr, staging_buffers, staged, sum,
+                                                     (work.part - 1) * rows_pad + row0, work.origin.y, N, 1 + consumer);
+        }
+    }
+    if (threadIdx.x % 128 == 0) { bulk_wait_all(); }
+#endif
+}
+
+// Whether gemm_split_tf32 can take out (M, N) = a (M, K) b (N, K)^T here, a stored transposed if
+// a_t: as gemm_tf32_fits, in split TF32 (-f 0), and M a multiple of 4 for a transposed a's rows.
+static bool gemm_split_fits(const float* out, const float* a, bool a_t, const float* b, const float* bias, int M,
+                            int N, int K) {
+    return g_wgmma && g_precision == MATMUL_SPLIT_TF32 && g_shared_limit >= gemm_split_shared_bytes() &&
+           N % 4 == 0 && K % 4 == 0 && (!a_t || M % 4 == 0) &&
+           common_alignment({(uint64_t)out, (uint64_t)a, (uint64_t)b}) >= 16 && common_alignment({(uint64_t)bias}) >= 8;
+}
+
+// Parts along K for a product: the count (up to 16) that minimises a model of its time, the waves
+// of work items over the multiprocessors (a stage of 32 at 2 TFLOP/s each) plus the partial sums'
+// traffic (written and read at 3 TB/s), with the partials within partial_floats.
+static int gemm_split_parts(int M, int N, int K, size_t partial_floats) {
+    constexpr double STAGE_US = 3 * 2.0 * GEMM_TILE_M * GEMM_SPLIT_TILE_N * 32 / 2e6, BYTES_PER_US = 3e6;
+    GemmGrid one = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, 1);
+    size_t part_floats = (size_t)one.row_tiles * GEMM_TILE_M * N;
+    int best = 1;
+    double best_us = INFINITY;
+    for (int parts = 1; parts <= std::min(16, one.k_tiles); parts++) {
+        GemmGrid g = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, parts);
+        if ((parts - 1) * g.part_k_tiles >= g.k_tiles) { continue; }  // a part would be empty
+        if ((parts - 1) * part_floats > partial_floats) { break; }
+        double us = ceil_div(g.items, g_num_sms) * g.part_k_tiles * STAGE_US +
+                    (parts - 1) * part_floats * 2 * sizeof(float) / BYTES_PER_US;
+        if (us < best_us) { best = parts, best_us = us; }
+    }
+    return best;
+}
+
+// out = a b^T + bias (bias optional) in split TF32, a stored (M, K) or, with a_t, (K, M); partials:
+// scratch of partial_floats for the parts along K.
+static void gemm_split_tf32(float* out, const float* a, bool a_t, const float* b, const float* bias, int M, int N,
+                            int K, float* partials, size_t partial_floats, cudaStream_t stream = 0) {
+    constexpr size_t shared = gemm_split_shared_bytes();
+    static bool configured = false;
+    if (!configured) {
+        for (const void* kernel : {(const void*)gemm_split_tf32_kernel<false>, (const void*)gemm_split_tf32_kernel<true>}) {
+            cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
+        }
+        configured = true;
+    }
+    int k_parts = gemm_split_parts(M, N, K, partial_floats);
+    GemmGrid grid = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, k_parts);
+    int rows_pad = grid.row_tiles * GEMM_TILE_M;  // a part's rows in partials: edge tiles stay in their part
+    CUtensorMap a_map = a_t ? tensor_map_panels(a, K, M, M, 32) : tensor_map_panels(a, M, K, K, GEMM_TILE_M);
+    CUtensorMap b_map = tensor_map_panels(b, N, K, K, GEMM_SPLIT_TILE_N);
+    CUtensorMap out_map = tensor_map_panels(out, M, N, N, 64);
+    CUtensorMap partials_map =
+        k_parts > 1 ? tensor_map_panels(partials, (size_t)(k_parts - 1) * rows_pad, N, N, 64) : out_map;
+    auto kernel = a_t ? gemm_split_tf32_kernel<true> : gemm_split_tf32_kernel<false>;
+    kernel<<<std::min(grid.items, g_num_sms), GEMM_THREADS, shared, stream>>>(a_map, b_map, out_map, partials_map,
+                                                                             bias, M, N, K, k_parts, rows_pad);
+    cudaCheck(cudaGetLastError());
+    if (k_parts > 1) { sum_arrays(out, out, partials, (size_t)rows_pad * N, k_parts - 1, (size_t)M * N, stream); }
+}
+
+// out = alpha op(a) op(b) + beta out [+ bias] in the precision g_precision, operands stored densely.
+// Split TF32 goes through our GEMM where it takes the product (row-major: out (n, m) = b (n, k) a (m,
+// k)^T, b stored (k, n) if trans_b; written whole), else through cuBLASLt (matmul_split).
+static void matmul(float* out, const float* a, const float* b, const float* bias, int m, int n, int k, bool trans_a,
+                   bool trans_b, float alpha, float beta, int batch = 1, size_t stride_a = 0, size_t stride_b = 0,
+                   size_t stride_out = 0, cudaStream_t stream = 0) {
+    MatmulShape s = {.m = m, .n = n, .k = k, .trans_a = trans_a, .trans_b = trans_b, .lda = trans_a ? k : m,
+                     .ldb = trans_b ? n : k, .batch = batch, .stride_a = stride_a, .stride_b = stride_b,
+                     .stride_out = stride_out, .tf32 = g_precision == MATMUL_TF32};
+    int slot = stream == g_side_stream ? 1 : 0;  // the stream's split scratch
+    if (trans_a && batch == 1 && alpha == 1.0f && beta == 0.0f && gemm_split_fits(out, b, trans_b, a, bias, n, m, k)) {
+        gemm_split_tf32(out, b, trans_b, a, bias, n, m, k, g_split_scratch[slot], g_split_scratch_floats[slot], stream);
+    } else if (g_precision == MATMUL_SPLIT_TF32) {
+        matmul_split(out, a, b, bias, s, alpha, beta, stream);
+    } else {
+        matmul_call(out, a, b, bias, s, alpha, beta, stream);
+    }
+}
+
 // Linear layer forward: out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC), bias optional.
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
     matmul(out, weight, inp, bias, OC, N, C, true, false, 1.0f, 0.0f);
@@ -1482,6 +1731,12 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
 // the ranks' kernel fingerprint; the trainer's buffers are aligned).
 static bool gemm_tf32_takes_model(const ModelShape* c) {
     return gemm_tf32_fits(nullptr, nullptr, nullptr, nullptr, 4, c->channels);
+}
+
+// Whether gemm_split_tf32 takes this model's split TF32 products read along their summed dimension
+// (as gemm_tf32_takes_model: the configuration table, the fingerprint).
+static bool gemm_split_takes_model(const ModelShape* c) {
+    return gemm_split_fits(nullptr, nullptr, false, nullptr, nullptr, 4, 4, c->channels);
 }
 
 // The fc layer and its GELU: fch (N, OC) = inp (N, C) @ weight (OC, C)^T + bias, fch_gelu = GELU(fch):
@@ -5709,7 +5964,9 @@ static std::string run_config_table(const Run* run, int val_B) {
     table_row(&table, "matmul precision", "%s%s", precision_name(g_precision),
               g_tf32_cores ? "" : ", every -f: no TF32 tensor cores in this GPU or build");
     table_row(&table, "matrix products", "cuBLASLt%s",
-              gemm_tf32_takes_model(c) ? "; fc + GELU and the LM head's logits: gemm_tf32 (TMA, wgmma)" : "");
+              gemm_tf32_takes_model(c)    ? "; fc + GELU and the LM head's logits: gemm_tf32 (TMA, wgmma)"
+              : gemm_split_takes_model(c) ? "; split TF32 wherever the operands' layout allows: gemm_split_tf32 (TMA, wgmma)"
+                                          : "");
     std::string attention_path = flash_path_name(c->channels / c->num_heads, g_precision != MATMUL_TF32);
     table_row(&table, "attention kernels", "%s", attention_path.c_str());
     table_row(&table, "seed", "%llu", (unsigned long long)r->seed);
@@ -5834,7 +6091,7 @@ static void run_init_writer(Run* run) {
 // uses (a larger shared-memory limit, more multiprocessors) agree.
 static uint64_t kernel_paths_fingerprint(const ModelShape* c) {
     FlashPlan plan = flash_plan(c->channels / c->num_heads, g_precision != MATMUL_TF32);
-    uint32_t paths[] = {(uint32_t)g_precision, g_tf32_cores, gemm_tf32_takes_model(c),
+    uint32_t paths[] = {(uint32_t)g_precision, g_tf32_cores, gemm_tf32_takes_model(c), gemm_split_takes_model(c),
                         plan.tensor_cores, plan.wgmma, (uint32_t)plan.dq_keys, (uint32_t)plan.dkdv_queries,
                         plan.fp32_small_sm};
     return fnv1a(FNV1A_OFFSET, paths, sizeof(paths) / sizeof(paths[0]));

@@ -15,6 +15,13 @@ the tiles, K = 772, the unpadded vocabulary).
   variant 2  gemm_tf32, the trainer's (N and K multiples of 4), with the GELU in its epilogue for
              fc + GELU
   variant 3  gemm_tf32_wide: tiles of 128 x 256, both consumers on each tile, TMA stores, 3 stages
+  Split TF32 (-f 0, FP32 accuracy), against an FP64 reference like the rest:
+  variant 4  the trainer's matmul_split: the operands split into scratch, cuBLASLt's products (hi lo
+             + lo hi over the doubled summed dimension, hi hi in chunks of 256)
+  variant 5  gemm_split_tf32, the trainer's on Hopper: 128 x 128 tiles, b split in shared memory
+             and a in registers as the stages arrive, three wgmma per k-step, K split into parts
+             where the tiles are few; also on the input gradients of fc and qkv as the trainer
+             stores their output gradient, transposed ("a_t" shapes: a is (K, M))
 
   ./matmul_wgmma [--small] [variant ...]
 
@@ -95,7 +102,11 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
     }
     __syncthreads();
     if (threadIdx.x < 128) {
-        gemm_produce<STAGES, GEMM_WIDE_N>(stages, loaded, consumed, &a_map, &b_map, row_tiles, col_tiles, k_tiles);
+        warpgroup_registers_lower<40>();
+        if (threadIdx.x == 0) {
+            gemm_produce<STAGES, STAGE_FLOATS>(stages, loaded, consumed, &a_map, &b_map,
+                                               gemm_grid(M, N, K, GEMM_WIDE_N, 1));
+        }
         return;
     }
     warpgroup_registers_raise<232>();
@@ -148,32 +159,41 @@ static void gemm_tf32_wide(float* out, const float* a, const float* b, const flo
 // ----------------------------------------------------------------------------------------------
 // The lab
 
-constexpr int NUM_VARIANTS = 3;
+constexpr int NUM_VARIANTS = 5;
 constexpr const char* VARIANT_NAMES[] = {
     nullptr,
     "1 cuBLASLt TF32 + bias (matmul_forward)",
     "2 gemm_tf32 (the trainer's: 128 x 192, TMA stores)",
     "3 gemm_tf32_wide (128 x 256, cooperative, TMA stores, 3 stages)",
+    "4 cuBLASLt split TF32 (-f 0's matmul_split)",
+    "5 gemm_split_tf32 (ours, split TF32 in one pass)",
 };
 
 // Relative to max |out|: both operands read as TF32 (10 mantissa bits; the tensor cores drop the
 // rest), the errors of K products adding up at random (measured: cuBLASLt 2-3e-4).
 constexpr double TF32_TOLERANCE = 5e-3;
+// Split TF32: FP32's, sums of K products (~sqrt(K) * 6e-8), as matmul_forward.cu holds it.
+constexpr double FP32_TOLERANCE = 1e-5;
+static double tolerance(int variant) { return variant >= 4 ? FP32_TOLERANCE : TF32_TOLERANCE; }
 
 struct Shape {
     std::string name;
     int M, N, K;
     bool has_bias;
     bool gelu = false;  // also GELU(out) into gelu_out (the fc layer)
+    bool a_t = false;   // inp stored transposed, (K, M): variants 4 and 5 only
 };
 
 struct Buffers {
     float *out, *gelu_out, *inp, *weight, *bias;
+    float* inp_t;  // inp transposed, for the a_t shapes
 };
 
-// Ours store through TMA: rows of out and of the operands 16-byte aligned. The wide form has no GELU.
+// Ours store through TMA: rows of out and of the operands 16-byte aligned. Only variants 1 and 2
+// have the GELU.
 static bool runs_on(int variant, const Shape& s) {
-    return variant == 1 || (s.N % 4 == 0 && s.K % 4 == 0 && (variant == 2 || !s.gelu));
+    if ((s.gelu && variant > 2) || (s.a_t && variant < 4)) { return false; }
+    return variant == 1 || variant == 4 || (s.N % 4 == 0 && s.K % 4 == 0);
 }
 
 // Variant 1 with GELU is the trainer's other fc_forward path: cuBLASLt, then gelu_forward.
@@ -185,15 +205,26 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
         if (s.gelu) { gelu_forward(gelu_out, d.out, (size_t)s.M * s.N); }
     } else if (variant == 2) {
         gemm_tf32(d.out, gelu_out, d.inp, d.weight, bias, s.M, s.N, s.K);
-    } else {
+    } else if (variant == 3) {
         gemm_tf32_wide<3>(d.out, d.inp, d.weight, bias, s.M, s.N, s.K);
+    } else if (variant == 4) {  // matmul_forward's shape, in cuBLAS's terms
+        MatmulShape shape = {.m = s.N, .n = s.M, .k = s.K, .trans_a = true, .trans_b = s.a_t, .lda = s.K,
+                             .ldb = s.a_t ? s.M : s.K, .batch = 1, .stride_a = 0, .stride_b = 0, .stride_out = 0,
+                             .tf32 = true};
+        matmul_split(d.out, d.weight, s.a_t ? d.inp_t : d.inp, bias, shape, 1.0f, 0.0f, 0);
+    } else {
+        gemm_split_tf32(d.out, s.a_t ? d.inp_t : d.inp, s.a_t, d.weight, bias, s.M, s.N, s.K, g_split_scratch[0],
+                        g_split_scratch_floats[0]);
     }
 }
 
 // Max relative error of out (and of gelu_out) against the CPU (linear_check); infinite if any
 // element is not finite.
 static double check_variant(const Buffers& d, const Shape& s, int variant) {
-    Launch launch = [&] { launch_variant(variant, d, s); };
+    Launch launch = [&] {
+        if (s.a_t) { transpose_matrices(d.inp_t, d.inp, s.M, s.K, 1); }  // linear_check's inp, as the variant reads it
+        launch_variant(variant, d, s);
+    };
     LinearCheck check = linear_check(d.inp, d.weight, s.has_bias ? d.bias : nullptr, d.out,
                                      s.gelu ? d.gelu_out : nullptr, s.M, s.N, s.K, launch);
     double error = error_value(check.out);
@@ -210,7 +241,7 @@ static void run_shape(const Buffers& d, const Shape& s, int variant, bool timed)
     char name[128];
     snprintf(name, sizeof(name), "%s, %s", VARIANT_NAMES[variant], s.name.c_str());
     if (!timed) {
-        print_row("matmul_wgmma", name, NAN, 2.0 * s.M * s.N * s.K, CEILING_TF32, error, TF32_TOLERANCE,
+        print_row("matmul_wgmma", name, NAN, 2.0 * s.M * s.N * s.K, CEILING_TF32, error, tolerance(variant),
                   DETERMINISM_UNCHECKED);
         nvtxRangePop();
         return;
@@ -226,7 +257,7 @@ static void run_shape(const Buffers& d, const Shape& s, int variant, bool timed)
     Determinism det = deterministic(launch, poison_outputs, outputs);
     double ms = bench_ms(launch);
     g_times[s.name][variant] = ms;
-    print_row("matmul_wgmma", name, ms, 2.0 * s.M * s.N * s.K, CEILING_TF32, error, TF32_TOLERANCE, det);
+    print_row("matmul_wgmma", name, ms, 2.0 * s.M * s.N * s.K, CEILING_TF32, error, tolerance(variant), det);
     nvtxRangePop();
 }
 
@@ -246,6 +277,8 @@ static void add_layers(std::vector<Shape>* shapes, const char* model, int B, int
     // the backward's products in the same form, on the trainer's transposed copies: the LM head's
     // input gradient (K = Vp) and weight gradients (K = B*T)
     shapes->push_back({p + "lm head dinp", M, C, LAB_VP, false});
+    shapes->push_back({p + "fc dinp a_t", M, C, 4 * C, false, false, true});
+    shapes->push_back({p + "qkv dinp a_t", M, C, 3 * C, false, false, true});
     shapes->push_back({p + "lm head dweight", LAB_VP, C, M, false});
     shapes->push_back({p + "qkv dweight", 3 * C, C, M, false});
     shapes->push_back({p + "fc dweight", 4 * C, C, M, false});
@@ -262,35 +295,40 @@ int main(int argc, char** argv) {
     std::vector<Shape> shapes = {{"odd 1000x1001x772", 1000, 1001, 772, true},
                                  {"odd 333x50257x768", 333, LAB_V, 768, false},
                                  {"odd 1000x1004x772", 1000, 1004, 772, true},
-                                 {"odd 1000x1004x772 + gelu", 1000, 1004, 772, true, true}};
+                                 {"odd 1000x1004x772 + gelu", 1000, 1004, 772, true, true},
+                                 {"odd 1000x1004x772 a_t", 1000, 1004, 772, true, false, true}};
     if (!small) {
         add_layers(&shapes, "d12", 4, 768);
         add_layers(&shapes, "d12", 16, 768);
         add_layers(&shapes, "d24", 16, 1024);
         add_layers(&shapes, "d48", 8, 1600);
     }
-    size_t max_out = 0, max_inp = 0, max_weight = 0, max_n = 0;
+    size_t max_out = 0, max_inp = 0, max_weight = 0, max_n = 0, max_partials = 0;
     for (const Shape& s : shapes) {
+        max_partials = std::max(max_partials, split_partial_floats(s.N, s.M, s.K));
         max_out = std::max(max_out, (size_t)s.M * s.N);
         max_inp = std::max(max_inp, (size_t)s.M * s.K);
         max_weight = std::max(max_weight, (size_t)s.N * s.K);
         max_n = std::max(max_n, (size_t)s.N);
     }
+    // matmul_split's operands and partial sums (gemm_split_tf32 takes its parts' partials from the same)
+    if (variant_selected(4) || variant_selected(5)) { split_scratch_reserve(2 * (max_inp + max_weight) + 4 + max_partials, 0); }
     Buffers d = {gpu_floats(max_out), gpu_floats(max_out), gpu_floats(max_inp), gpu_floats(max_weight),
-                 gpu_floats(max_n)};
+                 gpu_floats(max_n), gpu_floats(max_inp)};
     for (const Shape& s : shapes) {
         for (int variant = 1; variant <= NUM_VARIANTS; variant++) {
             if (variant_selected(variant) && runs_on(variant, s)) { run_shape(d, s, variant, !small); }
         }
     }
-    if (!small) { note("time over cuBLASLt's (variant 1), per shape: variants 2 3"); }
+    if (!small) { note("time over cuBLASLt's (variant 1), per shape: variants 2 3; split TF32: 5 over 4"); }
     for (const Shape& s : shapes) {
         std::map<int, double>& t = g_times[s.name];
-        if (t.count(1) == 0) { continue; }
+        if (t.count(1) == 0 && t.count(4) == 0) { continue; }
         std::string row = s.name + ":";
-        for (int v : {2, 3}) {
+        for (int v : {2, 3, 5}) {
+            int base = v == 5 ? 4 : 1;
             char cell[32];
-            snprintf(cell, sizeof(cell), " %.3f", t.count(v) ? t[v] / t[1] : NAN);
+            snprintf(cell, sizeof(cell), " %.3f", t.count(v) && t.count(base) ? t[v] / t[base] : NAN);
             row += cell;
         }
         note("%s", row.c_str());

@@ -90,29 +90,31 @@ if [ -x dev/cuda/attention ]; then
 else
   echo "SKIPPED (dev/cuda/attention not built): the lab's attention check at 99 KB"
 fi
-# Our Hopper GEMM (the trainer's gemm_tf32, for fc + GELU and the LM head's logits) under racecheck,
-# on the lab's odd shapes (edge tiles) with and without the GELU epilogue.
+# Our Hopper GEMMs (the trainer's gemm_tf32, for fc + GELU and the LM head's logits, and
+# gemm_split_tf32, -f 0's products) under racecheck, on the lab's odd shapes (edge tiles) with and
+# without the GELU epilogue, a stored and transposed.
 # racecheck_clean LOG STATUS: racecheck exited 0 and found no hazard, and (the premise) the lab's
-# log has gemm_tf32's rows of both odd shapes, none over its tolerance: the kernel ran under it.
+# log has each kernel's rows of its odd shapes, none over its tolerance: the kernels ran under it.
 racecheck_clean() {
-  local log=$1 status=$2 shape
+  local log=$1 status=$2 row
   [ "$status" -eq 0 ] && grep -q 'RACECHECK SUMMARY: 0 hazards' "$log" || return 1
-  for shape in 'odd 1000x1004x772' 'odd 1000x1004x772 \+ gelu'; do
-    grep -E "^\| matmul_wgmma +\| 2 gemm_tf32.*, $shape +\|" "$log" | grep -qv FAIL || return 1
+  for row in '2 gemm_tf32.*, odd 1000x1004x772' '2 gemm_tf32.*, odd 1000x1004x772 \+ gelu' \
+             '5 gemm_split_tf32.*, odd 1000x1004x772' '5 gemm_split_tf32.*, odd 1000x1004x772 a_t'; do
+    grep -E "^\| matmul_wgmma +\| $row +\|" "$log" | grep -qv FAIL || return 1
   done
 }
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x dev/cuda/matmul_wgmma ] && [ -x "$sanitizer" ]; then
-  "$sanitizer" --tool racecheck --error-exitcode 1 dev/cuda/matmul_wgmma --small 2 > "$work/gemm_racecheck.log" 2>&1
+  "$sanitizer" --tool racecheck --error-exitcode 1 dev/cuda/matmul_wgmma --small 2 5 > "$work/gemm_racecheck.log" 2>&1
   racecheck_status=$?
   if grep -q '^SKIPPED' "$work/gemm_racecheck.log"; then
-    echo "SKIPPED ($(grep '^SKIPPED' "$work/gemm_racecheck.log" | sed 's/^SKIPPED: //')): gemm_tf32 under racecheck"
+    echo "SKIPPED ($(grep '^SKIPPED' "$work/gemm_racecheck.log" | sed 's/^SKIPPED: //')): our GEMMs under racecheck"
   else
-    check "gemm_tf32 under racecheck (edge tiles, with and without the GELU): no hazard, every check within tolerance" \
+    check "gemm_tf32 and gemm_split_tf32 under racecheck (edge tiles, the GELU, a transposed): no hazard, every check within tolerance" \
       eval "racecheck_clean '$work/gemm_racecheck.log' $racecheck_status || { tail -n 20 '$work/gemm_racecheck.log'; false; }"
   fi
 else
-  echo "SKIPPED (dev/cuda/matmul_wgmma not built or no compute-sanitizer): gemm_tf32 under racecheck"
+  echo "SKIPPED (dev/cuda/matmul_wgmma not built or no compute-sanitizer): our GEMMs under racecheck"
 fi
 echo "$passed passed, $failed failed (other paths: $((SECONDS - start)) s)"
 [ "$failed" -eq 0 ]
