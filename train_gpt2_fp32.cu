@@ -927,9 +927,24 @@ __device__ __forceinline__ void bulk_wait_read_all_but_last() {
 }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// A barrier of `threads` threads on hardware barrier `id` (1-15; 0 is __syncthreads').
+// A barrier of `threads` threads on hardware barrier `id` (1-15; 0 is __syncthreads'); arriving
+// counts this thread without waiting.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory (ldmatrix .x4), lane l giving the address
+// of row l % 8 of matrix l / 8 (16 bytes); of 32-bit values (8 x 4 each), r[i] is matrix i's at
+// (row lane / 4, column lane % 4): mma's A fragment of a 16 x 8 tile from its four 8 x 4 quarters.
+__device__ __forceinline__ void ldmatrix_x4(float r[4], const float* row) {
+    uint32_t u[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3])
+                 : "r"(shared_address(row)));
+    for (int i = 0; i < 4; i++) { r[i] = __uint_as_float(u[i]); }
 }
 
 // A warpgroup's registers per thread, raised or lowered (the kernel's cap at entry must allow the total).
@@ -1082,6 +1097,9 @@ static void matmul_call(float* out, const float* a, const float* b, const float*
 __device__ __forceinline__ float tf32_round(float x) {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
 }
+
+// x as the tensor cores read it: its top 19 bits.
+__device__ __forceinline__ float tf32_truncate(float x) { return __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
 
 // Split TF32 (-f 0): x = hi + lo, hi = tf32_round(x) and lo = tf32_round(x - hi), both exact TF32
 // values, so that a TF32 product reads them whole; hi lo + lo hi + hi hi (the dropped lo lo under
@@ -1517,12 +1535,16 @@ static void gemm_tf32(float* out, float* gelu_out, const float* a, const float* 
 // Split TF32 (-f 0) on our Hopper GEMM: out (M, N) = a (M, K) b (N, K)^T [+ bias] to FP32 accuracy,
 // the operands split as the tiles arrive rather than into scratch per product. A ring of
 // GEMM_SPLIT_STAGES holds a's 128 x 32 panel and b's 128 x 32 as TMA brings them, then b's lo part:
-// warps 1-3 of the producer warpgroup (the splitters) round b to its hi part in place and write the
-// lo part beside it. Both consumers take every tile (rows 0-63 and 64-127, all 128 columns), load
-// their rows of a as register fragments and split them there; per k-step of 8 they issue a_hi b_hi,
-// a_hi b_lo and a_lo b_hi into one accumulator (the lo lo left out is under 2^-22 of |a b|), which
-// each stage of 32 starts from zero and adds in FP32 to the tile's sum: the tensor cores'
-// accumulator, which drifts toward zero over long sums (matmul_split), sums 12 products at most.
+// b's hi part is b as the tensor cores read it (truncated to TF32), its lo part b - hi rounded to
+// TF32, written beside it by warps 1-3 of the producer warpgroup (the splitters). Both consumers
+// take every tile (rows 0-63 and 64-127, all 128 columns), load their rows of a as register
+// fragments and split them there (hi rounded, lo the rest rounded); per k-step of 8 they issue
+// a_hi b_hi, a_hi b_lo and a_lo b_hi into one accumulator (the lo lo left out is under 2^-21 of
+// |a b|; the lab measured errors as small as with b's hi rounded, 3-10e-7 of max |out|), which each
+// stage of 32 starts from zero and adds in FP32 to the tile's sum: the tensor cores' accumulator,
+// which drifts toward zero over long sums (matmul_split), sums 12 products at most. The consumers
+// take turns to issue a stage's MMAs (consumer 0 first), so that the tensor cores run one's while
+// the other adds its last stage and loads the next one's a.
 // Since a goes through registers it may be stored transposed, (K, M) (A_T: the input gradients'
 // transposed output gradients). Products with few tiles split K into k_parts (gemm_split_parts):
 // part 0 goes to out with the bias, part p to partials + (p - 1) rows_pad N, added to out in part
@@ -1531,6 +1553,7 @@ constexpr int GEMM_SPLIT_TILE_N = 128;
 constexpr int GEMM_SPLIT_STAGES = 3;
 constexpr int GEMM_SPLIT_PANEL = 128 * 32;  // floats of a panel: a's, b's and b's lo part
 constexpr int GEMM_SPLITTERS = 96;          // warps 1-3 of warpgroup 0
+constexpr int GEMM_ISSUED_BARRIER = 3;      // named barriers 3, 4: consumer 0, 1 has issued a stage's MMAs
 
 // The stages (a | b | b lo), the consumers' two staging buffers each, the barriers, the alignment.
 constexpr size_t gemm_split_shared_bytes() {
@@ -1538,9 +1561,9 @@ constexpr size_t gemm_split_shared_bytes() {
            4 * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
 }
 
-// The splitters (GEMM_SPLITTERS threads from thread 32): each stage's b panel, once landed, becomes
-// its hi part in place and its lo part in the next panel (as split_tf32_kernel), made visible to the
-// MMAs (the async proxy) before the consumers are told.
+// The splitters (GEMM_SPLITTERS threads from thread 32): each stage's b panel, once landed, gets
+// its lo part in the next panel, made visible to the MMAs (the async proxy) before the consumers
+// are told.
 __device__ __forceinline__ void gemm_split_stages(float* stages, uint64_t* loaded, uint64_t* split,
                                                   const GemmGrid& grid) {
     int n = 0;  // stages split so far
@@ -1550,15 +1573,40 @@ __device__ __forceinline__ void gemm_split_stages(float* stages, uint64_t* loade
             mbarrier_wait(&loaded[slot], (n / GEMM_SPLIT_STAGES) & 1);
             float4* b = (float4*)(stages + (size_t)slot * 3 * GEMM_SPLIT_PANEL + GEMM_SPLIT_PANEL);
             for (int i = threadIdx.x - 32; i < GEMM_SPLIT_PANEL / 4; i += GEMM_SPLITTERS) {
-                float4 x = b[i];
-                float4 hi = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
-                float4 lo = x - hi;
+                float4 x = b[i], lo = x - make_float4(tf32_truncate(x.x), tf32_truncate(x.y), tf32_truncate(x.z),
+                                                       tf32_truncate(x.w));
                 b[GEMM_SPLIT_PANEL / 4 + i] = make_float4(tf32_round(lo.x), tf32_round(lo.y), tf32_round(lo.z),
                                                           tf32_round(lo.w));
-                b[i] = hi;
             }
             fence_proxy_async();
             mbarrier_arrive(&split[slot]);
+        }
+    }
+}
+
+// A consumer's a fragments of a stage, k-step ks in a_hi[ks], a_lo[ks] (rows row0 + lane / 4 and + 8
+// of columns 8 ks + lane % 4 and + 4, wgmma's register order), hi rounded to TF32, lo the rest
+// rounded. a: the stage's a panel, GEMM_TILE_M x 32 (ldmatrix: one instruction a k-step) or with
+// A_T 4 panels of 32 k-rows x 32 rows of a (a value at a time).
+template <bool A_T>
+__device__ __forceinline__ void gemm_split_fragments(float a_hi[4][4], float a_lo[4][4], const float* a, int row0) {
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        float x[4];
+        if constexpr (A_T) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                x[i] = a[panel_offset(8 * ks + lane % 4 + 4 * (i >> 1), row0 + lane / 4 + 8 * (i & 1), 32)];
+            }
+        } else {  // lane l: row l % 8 of the quarter l / 8 (rows + 8 for quarters 1 and 3, columns + 4 for 2, 3)
+            int row = row0 + lane % 8 + 8 * ((lane / 8) & 1);
+            ldmatrix_x4(x, a + panel_offset(row, 8 * ks + 4 * (lane / 16), GEMM_TILE_M));
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            a_hi[ks][i] = tf32_round(x[i]);
+            a_lo[ks][i] = tf32_round(x[i] - a_hi[ks][i]);
         }
     }
 }
@@ -1595,7 +1643,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
     warpgroup_registers_raise<232>();
     int consumer = threadIdx.x / 128 - 1, staged = 0, n = 0;  // n: stages taken so far
     float* staging_buffers = staging + 2 * consumer * GEMM_STAGING_FLOATS;
-    int lane = threadIdx.x % 32, row = 64 * consumer + 16 * (threadIdx.x % 128 / 32) + lane / 4, q = lane % 4;
+    int warp_row0 = 64 * consumer + 16 * (threadIdx.x % 128 / 32);
     for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
         GemmWork work = gemm_work(item, grid);
         float sum[GEMM_SPLIT_TILE_N / 2] = {}, acc[GEMM_SPLIT_TILE_N / 2];
@@ -1606,16 +1654,12 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
             const float* a = stages + slot * STAGE_FLOATS;
             const float* b_hi = a + GEMM_SPLIT_PANEL;
             const float* b_lo = b_hi + GEMM_SPLIT_PANEL;
-            float a_hi[4][4], a_lo[4][4];  // k-step ks: rows row, row + 8 of columns 8 ks + q, + 4
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int m = row + 8 * (i & 1), k = 8 * ks + q + 4 * (i >> 1);
-                    float x = a[A_T ? panel_offset(k, m, 32) : panel_offset(m, k, GEMM_TILE_M)];
-                    a_hi[ks][i] = tf32_round(x);
-                    a_lo[ks][i] = tf32_round(x - a_hi[ks][i]);
-                }
+            float a_hi[4][4], a_lo[4][4];
+            gemm_split_fragments<A_T>(a_hi, a_lo, a, warp_row0);
+            if (consumer == 1) {  // turns: after consumer 0 issued this stage, which waits for our last one
+                named_barrier(GEMM_ISSUED_BARRIER, 256);
+            } else if (n > 0) {
+                named_barrier(GEMM_ISSUED_BARRIER + 1, 256);
             }
             wgmma_fence();
 #pragma unroll
@@ -1626,6 +1670,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
                 wgmma_64x128_registers(acc, a_lo[ks], hi, true);
             }
             wgmma_commit();
+            named_barrier_arrive(GEMM_ISSUED_BARRIER + consumer, 256);
             wgmma_wait_all();
             pin_registers<GEMM_SPLIT_TILE_N / 2>(acc);
             pin_registers<16>(&a_hi[0][0]);
@@ -1643,6 +1688,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
                                                      (work.part - 1) * rows_pad + row0, work.origin.y, N, 1 + consumer);
         }
     }
+    if (consumer == 0 && n > 0) { named_barrier(GEMM_ISSUED_BARRIER + 1, 256); }  // consumer 1's last arrival
     if (threadIdx.x % 128 == 0) { bulk_wait_all(); }
 #endif
 }
@@ -1656,16 +1702,19 @@ static bool gemm_split_fits(const float* out, const float* a, bool a_t, const fl
            common_alignment({(uint64_t)out, (uint64_t)a, (uint64_t)b}) >= 16 && common_alignment({(uint64_t)bias}) >= 8;
 }
 
+// A part's floats in the partial sums: (M, N), its rows padded to whole tiles (edge tiles stay in
+// their part).
+static size_t gemm_split_part_floats(int M, int N) { return (size_t)ceil_div(M, GEMM_TILE_M) * GEMM_TILE_M * N; }
+
 // Parts along K for a product: the count (up to 16) that minimises a model of its time, the waves
 // of work items over the multiprocessors (a stage of 32 at 2 TFLOP/s each) plus the partial sums'
 // traffic (written and read at 3 TB/s), with the partials within partial_floats.
 static int gemm_split_parts(int M, int N, int K, size_t partial_floats) {
     constexpr double STAGE_US = 3 * 2.0 * GEMM_TILE_M * GEMM_SPLIT_TILE_N * 32 / 2e6, BYTES_PER_US = 3e6;
-    GemmGrid one = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, 1);
-    size_t part_floats = (size_t)one.row_tiles * GEMM_TILE_M * N;
+    size_t part_floats = gemm_split_part_floats(M, N);
     int best = 1;
     double best_us = INFINITY;
-    for (int parts = 1; parts <= std::min(16, one.k_tiles); parts++) {
+    for (int parts = 1; parts <= std::min(16, (int)ceil_div(K, 32)); parts++) {
         GemmGrid g = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, parts);
         if ((parts - 1) * g.part_k_tiles >= g.k_tiles) { continue; }  // a part would be empty
         if ((parts - 1) * part_floats > partial_floats) { break; }
@@ -1676,10 +1725,12 @@ static int gemm_split_parts(int M, int N, int K, size_t partial_floats) {
     return best;
 }
 
-// out = a b^T + bias (bias optional) in split TF32, a stored (M, K) or, with a_t, (K, M); partials:
-// scratch of partial_floats for the parts along K.
+// out = a b^T + bias (bias optional), or with accumulate out += a b^T + bias, in split TF32, a stored
+// (M, K) or, with a_t, (K, M). partials: scratch of partial_floats for the parts along K, from part 1
+// on, or accumulating every part's (at least gemm_split_part_floats(M, N)); they are added to out in
+// part order.
 static void gemm_split_tf32(float* out, const float* a, bool a_t, const float* b, const float* bias, int M, int N,
-                            int K, float* partials, size_t partial_floats, cudaStream_t stream = 0) {
+                            int K, bool accumulate, float* partials, size_t partial_floats, cudaStream_t stream = 0) {
     constexpr size_t shared = gemm_split_shared_bytes();
     static bool configured = false;
     if (!configured) {
@@ -1688,24 +1739,29 @@ static void gemm_split_tf32(float* out, const float* a, bool a_t, const float* b
         }
         configured = true;
     }
-    int k_parts = gemm_split_parts(M, N, K, partial_floats);
+    size_t part_floats = gemm_split_part_floats(M, N);
+    float* first = accumulate ? partials : out;  // part 0's destination; part p > 0 at rest + (p - 1) part_floats
+    float* rest = accumulate ? partials + part_floats : partials;
+    int k_parts = gemm_split_parts(M, N, K, partial_floats - (accumulate ? part_floats : 0));
     GemmGrid grid = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, k_parts);
-    int rows_pad = grid.row_tiles * GEMM_TILE_M;  // a part's rows in partials: edge tiles stay in their part
+    int rows_pad = grid.row_tiles * GEMM_TILE_M;
     CUtensorMap a_map = a_t ? tensor_map_panels(a, K, M, M, 32) : tensor_map_panels(a, M, K, K, GEMM_TILE_M);
     CUtensorMap b_map = tensor_map_panels(b, N, K, K, GEMM_SPLIT_TILE_N);
-    CUtensorMap out_map = tensor_map_panels(out, M, N, N, 64);
+    CUtensorMap out_map = tensor_map_panels(first, M, N, N, 64);
     CUtensorMap partials_map =
-        k_parts > 1 ? tensor_map_panels(partials, (size_t)(k_parts - 1) * rows_pad, N, N, 64) : out_map;
+        k_parts > 1 ? tensor_map_panels(rest, (size_t)(k_parts - 1) * rows_pad, N, N, 64) : out_map;
     auto kernel = a_t ? gemm_split_tf32_kernel<true> : gemm_split_tf32_kernel<false>;
     kernel<<<std::min(grid.items, g_num_sms), GEMM_THREADS, shared, stream>>>(a_map, b_map, out_map, partials_map,
                                                                              bias, M, N, K, k_parts, rows_pad);
     cudaCheck(cudaGetLastError());
-    if (k_parts > 1) { sum_arrays(out, out, partials, (size_t)rows_pad * N, k_parts - 1, (size_t)M * N, stream); }
+    int summed = k_parts - 1 + accumulate;  // the partial sums, from partials on
+    if (summed > 0) { sum_arrays(out, out, partials, part_floats, summed, (size_t)M * N, stream); }
 }
 
 // out = alpha op(a) op(b) + beta out [+ bias] in the precision g_precision, operands stored densely.
 // Split TF32 goes through our GEMM where it takes the product (row-major: out (n, m) = b (n, k) a (m,
-// k)^T, b stored (k, n) if trans_b; written whole), else through cuBLASLt (matmul_split).
+// k)^T, b stored (k, n) if trans_b; beta 0 or 1; a batch one product after another), else through
+// cuBLASLt (matmul_split).
 static void matmul(float* out, const float* a, const float* b, const float* bias, int m, int n, int k, bool trans_a,
                    bool trans_b, float alpha, float beta, int batch = 1, size_t stride_a = 0, size_t stride_b = 0,
                    size_t stride_out = 0, cudaStream_t stream = 0) {
@@ -1713,8 +1769,14 @@ static void matmul(float* out, const float* a, const float* b, const float* bias
                      .ldb = trans_b ? n : k, .batch = batch, .stride_a = stride_a, .stride_b = stride_b,
                      .stride_out = stride_out, .tf32 = g_precision == MATMUL_TF32};
     int slot = stream == g_side_stream ? 1 : 0;  // the stream's split scratch
-    if (trans_a && batch == 1 && alpha == 1.0f && beta == 0.0f && gemm_split_fits(out, b, trans_b, a, bias, n, m, k)) {
-        gemm_split_tf32(out, b, trans_b, a, bias, n, m, k, g_split_scratch[slot], g_split_scratch_floats[slot], stream);
+    bool accumulate = beta == 1.0f;
+    if (trans_a && alpha == 1.0f && (beta == 0.0f || accumulate) && gemm_split_fits(out, b, trans_b, a, bias, n, m, k) &&
+        common_alignment({4 * stride_a, 4 * stride_b, 4 * stride_out}) >= 16 &&
+        (!accumulate || gemm_split_part_floats(n, m) <= g_split_scratch_floats[slot])) {
+        for (int i = 0; i < batch; i++) {
+            gemm_split_tf32(out + i * stride_out, b + i * stride_b, trans_b, a + i * stride_a, bias, n, m, k, accumulate,
+                            g_split_scratch[slot], g_split_scratch_floats[slot], stream);
+        }
     } else if (g_precision == MATMUL_SPLIT_TF32) {
         matmul_split(out, a, b, bias, s, alpha, beta, stream);
     } else {
@@ -4936,14 +4998,23 @@ static void gpt2_build_from_scratch(GPT2* model, const ModelShape* config, uint6
     gpt2_transpose_wte(model);
 }
 
-// Split TF32's scratch for every product of a step over B x T tokens: two copies of both operands,
-// at most the fc layer's weight gradient (dfch_t, inp_t) and weight, and the partial sums of the
-// products that chunk through them: the layers' forward and input-gradient products on the main
-// stream, their weight gradients on the side stream; the LM head's operands, chunks of R rows (wte,
-// logits, lnf), on the main stream.
+// Split TF32's scratch for every product of a step over B x T tokens. Where our GEMM takes them all
+// (gemm_split_takes_model, and B x T a multiple of 4 for the operands it reads transposed), the
+// partial sums of its parts: the largest of dwte's accumulating product (every part in partials,
+// one if no more fit) and 15 parts of a weight gradient or of dlnf. Else cuBLASLt's (matmul_split):
+// two copies of both operands, at most the fc layer's weight gradient (dfch_t, inp_t) and weight,
+// and the partial sums of the products that chunk through them: the layers' forward and
+// input-gradient products on the main stream, their weight gradients on the side stream; the LM
+// head's operands, chunks of R rows (wte, logits, lnf), on the main stream.
 static void reserve_split_operands(const ModelShape* c, int B, int T) {
     size_t C = c->channels, Vp = c->padded_vocab_size, BT = (size_t)B * T;
     size_t R = std::min(BT, classifier_chunk_rows());
+    if (gemm_split_takes_model(c) && BT % 4 == 0) {
+        size_t ours = std::max({gemm_split_part_floats(Vp, C), 15 * gemm_split_part_floats(4 * C, C),
+                                15 * gemm_split_part_floats(R, C)});
+        split_scratch_reserve(ours, ours);
+        return;
+    }
     size_t layer = 2 * (5 * C * BT + 4 * C * C) + 4, lm_head = 2 * (Vp * (C + R) + C * R);
     size_t main_partials = 0, side_partials = 0;
     for (size_t OC : {3 * C, C, 4 * C}) {
@@ -5272,7 +5343,12 @@ static void gpt2_backward_launches(GPT2* model) {
         bias_backward(g.attprojb + l * C, a.dresidual_t, nullptr, side_partials, side_counters, a.dresidual, nullptr, BT, C,
                       side);
         side_marks(model->dresidual_read);
-        matmul_backward_weight(g.attprojw + (size_t)l * C * C, a.dresidual_t, a.atty + l * btc, false, BT, C, C, side);
+        // our split TF32 GEMM reads atty transposed (into inp_t, free until qkv's layernorm_transposed)
+        const float* atty = a.atty + l * btc;
+        bool atty_t = gemm_split_takes_model(c);
+        if (atty_t) { transpose_matrices(a.inp_t, atty, BT, C, 1, side); }
+        matmul_backward_weight(g.attprojw + (size_t)l * C * C, a.dresidual_t, atty_t ? a.inp_t : atty, atty_t, BT, C, C,
+                               side);
         matmul_backward_input(a.dbtc, a.dresidual, false, wt->attprojw, BT, C, C);
         if (l < L - 1) { main_waits_for(model->dqkv_t_read); }  // the layer above read dqkv_t
         flash_attention_backward(a.dqkv_t, g.qkvb + l * 3 * C, a.dbt4c, a.delta, a.dbtc, a.qkv + l * 3 * btc,

@@ -213,7 +213,7 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
                              .tf32 = true};
         matmul_split(d.out, d.weight, s.a_t ? d.inp_t : d.inp, bias, shape, 1.0f, 0.0f, 0);
     } else {
-        gemm_split_tf32(d.out, s.a_t ? d.inp_t : d.inp, s.a_t, d.weight, bias, s.M, s.N, s.K, g_split_scratch[0],
+        gemm_split_tf32(d.out, s.a_t ? d.inp_t : d.inp, s.a_t, d.weight, bias, s.M, s.N, s.K, false, g_split_scratch[0],
                         g_split_scratch_floats[0]);
     }
 }
