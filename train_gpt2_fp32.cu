@@ -1553,7 +1553,8 @@ constexpr int GEMM_SPLIT_TILE_N = 128;
 constexpr int GEMM_SPLIT_STAGES = 3;
 constexpr int GEMM_SPLIT_PANEL = 128 * 32;  // floats of a panel: a's, b's and b's lo part
 constexpr int GEMM_SPLITTERS = 96;          // warps 1-3 of warpgroup 0
-constexpr int GEMM_ISSUED_BARRIER = 3;      // named barriers 3, 4: consumer 0, 1 has issued a stage's MMAs
+[[maybe_unused]] constexpr int GEMM_ISSUED_BARRIER = 3;  // named barriers 3, 4: consumer 0, 1 issued a stage's MMAs
+                                                        // (sm_90a code only)
 
 // The stages (a | b | b lo), the consumers' two staging buffers each, the barriers, the alignment.
 constexpr size_t gemm_split_shared_bytes() {
@@ -1611,6 +1612,37 @@ __device__ __forceinline__ void gemm_split_fragments(float a_hi[4][4], float a_l
     }
 }
 
+// A consumer's MMAs of stage n (acc = [acc +] a b in split TF32), issued in turn with the other
+// consumer's (consumer 0 first; it waits for consumer 1's stage n - 1) and committed as one group;
+// a_hi, a_lo: its a fragments, which must stay untouched until the group is done.
+template <bool A_T>
+__device__ __forceinline__ void gemm_split_stage(float acc[GEMM_SPLIT_TILE_N / 2], float a_hi[4][4], float a_lo[4][4],
+                                                 bool accumulate, const float* stages, uint64_t* loaded,
+                                                 uint64_t* split, int n, int consumer) {
+    int slot = n % GEMM_SPLIT_STAGES;
+    mbarrier_wait(&loaded[slot], (n / GEMM_SPLIT_STAGES) & 1);
+    mbarrier_wait(&split[slot], (n / GEMM_SPLIT_STAGES) & 1);
+    const float* a = stages + (size_t)slot * 3 * GEMM_SPLIT_PANEL;
+    const float* b_hi = a + GEMM_SPLIT_PANEL;
+    const float* b_lo = b_hi + GEMM_SPLIT_PANEL;
+    gemm_split_fragments<A_T>(a_hi, a_lo, a, 64 * consumer + 16 * (threadIdx.x % 128 / 32));
+    if (consumer == 1) {
+        named_barrier(GEMM_ISSUED_BARRIER, 256);
+    } else if (n > 0) {
+        named_barrier(GEMM_ISSUED_BARRIER + 1, 256);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        uint64_t hi = wgmma_descriptor(b_hi + 8 * ks), lo = wgmma_descriptor(b_lo + 8 * ks);
+        wgmma_64x128_registers(acc, a_hi[ks], hi, accumulate || ks > 0);
+        wgmma_64x128_registers(acc, a_hi[ks], lo, true);
+        wgmma_64x128_registers(acc, a_lo[ks], hi, true);
+    }
+    wgmma_commit();
+    named_barrier_arrive(GEMM_ISSUED_BARRIER + consumer, 256);
+}
+
 template <bool A_T>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
     const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
@@ -1643,39 +1675,27 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
     warpgroup_registers_raise<232>();
     int consumer = threadIdx.x / 128 - 1, staged = 0, n = 0;  // n: stages taken so far
     float* staging_buffers = staging + 2 * consumer * GEMM_STAGING_FLOATS;
-    int warp_row0 = 64 * consumer + 16 * (threadIdx.x % 128 / 32);
     for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
         GemmWork work = gemm_work(item, grid);
         float sum[GEMM_SPLIT_TILE_N / 2] = {}, acc[GEMM_SPLIT_TILE_N / 2];
-        for (int kt = 0; kt < work.k_tiles; kt++, n++) {
-            int slot = n % STAGES;
-            mbarrier_wait(&loaded[slot], (n / STAGES) & 1);
-            mbarrier_wait(&split[slot], (n / STAGES) & 1);
-            const float* a = stages + slot * STAGE_FLOATS;
-            const float* b_hi = a + GEMM_SPLIT_PANEL;
-            const float* b_lo = b_hi + GEMM_SPLIT_PANEL;
-            float a_hi[4][4], a_lo[4][4];
-            gemm_split_fragments<A_T>(a_hi, a_lo, a, warp_row0);
-            if (consumer == 1) {  // turns: after consumer 0 issued this stage, which waits for our last one
-                named_barrier(GEMM_ISSUED_BARRIER, 256);
-            } else if (n > 0) {
-                named_barrier(GEMM_ISSUED_BARRIER + 1, 256);
+        // stages in pairs, each pair's MMAs into acc from zero: the second's a loads while the first's
+        // MMAs run; each a fragment set stays untouched until the MMAs reading it are done
+        for (int kt = 0; kt < work.k_tiles; kt += 2) {
+            float a_hi[2][4][4], a_lo[2][4][4];
+            bool second = kt + 1 < work.k_tiles;
+            gemm_split_stage<A_T>(acc, a_hi[0], a_lo[0], false, stages, loaded, split, n++, consumer);
+            if (second) {
+                gemm_split_stage<A_T>(acc, a_hi[1], a_lo[1], true, stages, loaded, split, n++, consumer);
+                wgmma_wait_one();
+                pin_registers<16>(&a_hi[0][0][0]);
+                pin_registers<16>(&a_lo[0][0][0]);
+                mbarrier_arrive(&consumed[(n - 2) % STAGES]);
             }
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                uint64_t hi = wgmma_descriptor(b_hi + 8 * ks), lo = wgmma_descriptor(b_lo + 8 * ks);
-                wgmma_64x128_registers(acc, a_hi[ks], hi, ks > 0);
-                wgmma_64x128_registers(acc, a_hi[ks], lo, true);
-                wgmma_64x128_registers(acc, a_lo[ks], hi, true);
-            }
-            wgmma_commit();
-            named_barrier_arrive(GEMM_ISSUED_BARRIER + consumer, 256);
             wgmma_wait_all();
             pin_registers<GEMM_SPLIT_TILE_N / 2>(acc);
-            pin_registers<16>(&a_hi[0][0]);
-            pin_registers<16>(&a_lo[0][0]);
-            mbarrier_arrive(&consumed[slot]);
+            pin_registers<32>(&a_hi[0][0][0]);
+            pin_registers<32>(&a_lo[0][0][0]);
+            mbarrier_arrive(&consumed[(n - 1) % STAGES]);
 #pragma unroll
             for (int i = 0; i < GEMM_SPLIT_TILE_N / 2; i++) { sum[i] += acc[i]; }
         }
