@@ -1754,7 +1754,8 @@ static void gemm_split_tf32(float* out, const float* a, bool a_t, const float* b
     constexpr size_t shared = gemm_split_shared_bytes();
     static bool configured = false;
     if (!configured) {
-        for (const void* kernel : {(const void*)gemm_split_tf32_kernel<false>, (const void*)gemm_split_tf32_kernel<true>}) {
+        for (const void* kernel :
+             {(const void*)gemm_split_tf32_kernel<false>, (const void*)gemm_split_tf32_kernel<true>}) {
             cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared));
         }
         configured = true;
@@ -1794,8 +1795,8 @@ static void matmul(float* out, const float* a, const float* b, const float* bias
         common_alignment({4 * stride_a, 4 * stride_b, 4 * stride_out}) >= 16 &&
         (!accumulate || gemm_split_part_floats(n, m) <= g_split_scratch_floats[slot])) {
         for (int i = 0; i < batch; i++) {
-            gemm_split_tf32(out + i * stride_out, b + i * stride_b, trans_b, a + i * stride_a, bias, n, m, k, accumulate,
-                            g_split_scratch[slot], g_split_scratch_floats[slot], stream);
+            gemm_split_tf32(out + i * stride_out, b + i * stride_b, trans_b, a + i * stride_a, bias, n, m, k,
+                            accumulate, g_split_scratch[slot], g_split_scratch_floats[slot], stream);
         }
     } else if (g_precision == MATMUL_SPLIT_TF32) {
         matmul_split(out, a, b, bias, s, alpha, beta, stream);
@@ -6061,7 +6062,7 @@ static std::string run_config_table(const Run* run, int val_B) {
               g_tf32_cores ? "" : ", every -f: no TF32 tensor cores in this GPU or build");
     table_row(&table, "matrix products", "cuBLASLt%s",
               gemm_tf32_takes_model(c)    ? "; fc + GELU and the LM head's logits: gemm_tf32 (TMA, wgmma)"
-              : gemm_split_takes_model(c) ? "; split TF32 wherever the operands' layout allows: gemm_split_tf32 (TMA, wgmma)"
+              : gemm_split_takes_model(c) ? "; split TF32: gemm_split_tf32 (TMA, wgmma)"
                                           : "");
     std::string attention_path = flash_path_name(c->channels / c->num_heads, g_precision != MATMUL_TF32);
     table_row(&table, "attention kernels", "%s", attention_path.c_str());

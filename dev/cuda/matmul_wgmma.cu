@@ -43,6 +43,11 @@ us). The weight gradients (K = B*T, as few as 72 tiles of 128 x 192 for 132 mult
 0.98-1.56 of cuBLASLt's time. So the trainer keeps cuBLASLt except for fc + GELU and the LM head's logits. The error is
 6-8e-4 of max |out| against cuBLASLt's 2-3e-4: the tensor cores truncate what TMA brings in to
 TF32, cuBLASLt's operands come out rounded.
+
+Split TF32 (session 6, H200): gemm_split_tf32 at 82-102 TFLOP/s of FP32-accurate products, 0.68-1.10
+of cuBLASLt's split path's time in its first form and 10-20% faster since (README.md), errors
+5-10e-7 of max |out| (cuBLASLt's split path 4-10e-7, plain FP32 6-10e-7); the trainer runs it for
+every -f 0 product on Hopper.
 */
 #include "common.h"
 
@@ -312,7 +317,9 @@ int main(int argc, char** argv) {
         max_n = std::max(max_n, (size_t)s.N);
     }
     // matmul_split's operands and partial sums (gemm_split_tf32 takes its parts' partials from the same)
-    if (variant_selected(4) || variant_selected(5)) { split_scratch_reserve(2 * (max_inp + max_weight) + 4 + max_partials, 0); }
+    if (variant_selected(4) || variant_selected(5)) {
+        split_scratch_reserve(2 * (max_inp + max_weight) + 4 + max_partials, 0);
+    }
     Buffers d = {gpu_floats(max_out), gpu_floats(max_out), gpu_floats(max_inp), gpu_floats(max_weight),
                  gpu_floats(max_n), gpu_floats(max_inp)};
     for (const Shape& s : shapes) {
