@@ -250,7 +250,12 @@ int main(int argc, char** argv) {
     printf("test_gpt2_fp32: %s (version %d), %s attention, %s, B=%d T=%d L=%d NH=%d C=%d V=%d Vp=%d\n",
            state_path, st.version, attention_name(c->attention), precision_name(precision), st.B, st.T,
            c->num_layers, c->num_heads, c->channels, c->vocab_size, c->padded_vocab_size);
-    if (precision == MATMUL_SPLIT_TF32) { printf("split TF32: hi hi in chunks of %d summed values\n", g_split_chunk); }
+    if (precision == MATMUL_SPLIT_TF32 && gemm_split_takes_model(c)) {
+        printf("split TF32: our Hopper GEMM (gemm_split_tf32); cuBLASLt's, hi hi in chunks of %d, where it cannot\n",
+               g_split_chunk);
+    } else if (precision == MATMUL_SPLIT_TF32) {
+        printf("split TF32: hi hi in chunks of %d summed values\n", g_split_chunk);
+    }
     printf("%-22s %12s %12s %12s  %-8s %s\n", "check", "ref scale", "error", "tolerance", "kind", "");
     gpt2_allocate_activations(&model, st.B, st.T);
     size_t BT = (size_t)st.B * st.T;

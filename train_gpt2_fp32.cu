@@ -125,7 +125,7 @@ static bool g_pdl;  // the running code was built for 9.0 or newer (pdl_wait is 
 // The paths are chosen by the code the GPU runs, not only by the GPU: a build for compute_75 (PTX,
 // which the driver compiles for any newer GPU) takes the FP32-core paths on an H100 too, so that
 // every path is tested there. g_tf32_cores: the running code was built for 8.0 or newer (TF32
-// mma.sync, cp.async); g_wgmma: it is the sm_90a code (Hopper's warpgroup MMA for the flash forward).
+// mma.sync, cp.async); g_wgmma: it is the sm_90a code (Hopper's warpgroup MMA: the flash forward, our GEMMs).
 static bool g_tf32_cores, g_wgmma;
 // A block's shared memory on this device (its opt-in limit), or less under the test switch
 // GPT2_TEST_SHARED_KB (to run, on this GPU, the plans of GPUs with less: flash_plan; at least

@@ -24,7 +24,8 @@ contiguous: weight_t (C, OC) (transpose_matrices, rebuilt when the weights chang
              gelu(fch)^T (the fcproj dweight product's input) and the fc bias gradient
   variant 7  as 2, each product with the fastest of cuBLASLt's first 16 heuristic algorithms,
              timed here on these shapes (autotuning, instead of the heuristic's first choice)
-  variant 8  as 2 in split TF32, FP32 accuracy on the tensor cores (the trainer's -f 0; see
+  variant 8  as 2 in split TF32 through cuBLASLt (the trainer's -f 0 before Hopper; on Hopper it runs
+             gemm_split_tf32, matmul_wgmma.cu's variant 5, which these variants set aside; see
              matmul_forward.cu's variant 8): hi hi in chunks of at most 256 summed values, dweight's
              32 and dinp's 12 as one batched TF32 product into partial sums, which sum_arrays adds
              to the small terms in chunk order (scratch: 32 x OC x C)
@@ -136,9 +137,12 @@ static void launch_variant(int variant, const Buffers& d) {
         size_t reserved = g_split_scratch_floats[0];
         g_split_chunk = variant == 9 ? 0 : variant == 10 ? 384 : trainer_chunk;
         if (variant == 11) { g_split_scratch_floats[0] = d.split_operands; }  // the partial sums do not fit
+        bool wgmma = g_wgmma;
+        g_wgmma = false;  // cuBLASLt's split path, not gemm_split_tf32
         bias_and_transposes(d);
         matmul_backward_weight(d.dweight, d.dout_t, d.inp_t, true, N, C, OC);
         matmul_backward_input(d.dinp, d.dout_t, true, d.weight_t, N, C, OC);
+        g_wgmma = wgmma;
         g_split_chunk = trainer_chunk;
         g_split_scratch_floats[0] = reserved;
         g_precision = MATMUL_TF32;

@@ -14,7 +14,9 @@ also on the other shapes of the model (qkv, attention and MLP projections, the L
   variant 7  as 3 with the fastest of cuBLASLt's first 16 heuristic algorithms, timed here on
              each shape (autotuning), on all the model's shapes
   FP32 accuracy on the tensor cores, split TF32 (x = hi + lo, both TF32), on all the shapes:
-  variant 8  the trainer's -f 0: hi lo + lo hi as one TF32 product over the summed dimension doubled
+  variant 8  the trainer's -f 0 through cuBLASLt (its path before Hopper; on Hopper the trainer runs
+             gemm_split_tf32, matmul_wgmma.cu's variant 5, which these variants set aside):
+             hi lo + lo hi as one TF32 product over the summed dimension doubled
              ([A_hi | A_lo] [B_lo ; B_hi]), then hi hi added in chunks of at most g_split_chunk =
              256 summed values (beta = 1; fcproj's 12 through partial sums, split_partial_floats);
              the operands split per call
@@ -139,8 +141,11 @@ static void launch_variant(int variant, const Buffers& d, Shape s) {
     } else if (variant == 3 || variant == 4 || variant == 8 || variant >= 10) {
         g_precision = variant == 3 ? MATMUL_TF32 : variant == 4 ? MATMUL_FP32 : MATMUL_SPLIT_TF32;
         int trainer_chunk = g_split_chunk;
+        bool wgmma = g_wgmma;
         g_split_chunk = variant == 10 ? 0 : variant == 11 ? 384 : trainer_chunk;
+        g_wgmma = false;  // cuBLASLt's split path, not gemm_split_tf32
         matmul_forward(d.out, d.inp, d.weight, bias, s.N, s.K, s.OC);
+        g_wgmma = wgmma;
         g_split_chunk = trainer_chunk;
         g_precision = MATMUL_TF32;
     } else if (variant == 9) {
