@@ -1540,15 +1540,17 @@ static void gemm_tf32(float* out, float* gelu_out, const float* a, const float* 
 // take every tile (rows 0-63 and 64-127, all 128 columns), load their rows of a as register
 // fragments and split them there (hi rounded, lo the rest rounded); per k-step of 8 they issue
 // a_hi b_hi, a_hi b_lo and a_lo b_hi into one accumulator (the lo lo left out is under 2^-21 of
-// |a b|; the lab measured errors as small as with b's hi rounded, 3-10e-7 of max |out|), which each
-// stage of 32 starts from zero and adds in FP32 to the tile's sum: the tensor cores' accumulator,
-// which drifts toward zero over long sums (matmul_split), sums 12 products at most. The consumers
-// take turns to issue a stage's MMAs (consumer 0 first), so that the tensor cores run one's while
-// the other adds its last stage and loads the next one's a.
+// |a b|; the lab measured errors as small as with b's hi rounded), which each pair of stages (64
+// summed values) starts from zero and adds in FP32 to the tile's sum: the tensor cores'
+// accumulator, which drifts toward zero over long sums (matmul_split), sums 24 products at most
+// (lab: 5-10e-7 of max |out|, plain FP32's 6-10e-7). A pair's second stage loads its a while the
+// first's MMAs run, and the consumers take turns to issue a stage's MMAs (consumer 0 first), so
+// that the tensor cores run one's while the other adds its sums and loads its next a.
 // Since a goes through registers it may be stored transposed, (K, M) (A_T: the input gradients'
 // transposed output gradients). Products with few tiles split K into k_parts (gemm_split_parts):
 // part 0 goes to out with the bias, part p to partials + (p - 1) rows_pad N, added to out in part
-// order (sum_arrays). Every sum has a fixed order: bit-identical run to run.
+// order (sum_arrays; accumulating into out, part 0 goes to partials too). Every sum has a fixed
+// order: bit-identical run to run.
 constexpr int GEMM_SPLIT_TILE_N = 128;
 constexpr int GEMM_SPLIT_STAGES = 3;
 constexpr int GEMM_SPLIT_PANEL = 128 * 32;  // floats of a panel: a's, b's and b's lo part
