@@ -19,7 +19,7 @@ Sections, in data-flow order (each a banner below; the host front-end is in llmc
    3 LayerNorm                 forward, backward, the transposed copies the products read
    4 GELU                      forward; its backward is fused into the fc layer's bias gradient (6)
    5 Hopper primitives         wgmma on shared-memory panels: descriptors, fences, fragments; TMA, mbarriers
-   6 Matrix products           cuBLASLt plans, TF32 / split TF32 / plain FP32, our Hopper GEMM, bias gradients
+   6 Matrix products           cuBLASLt (TF32, split TF32, FP32), our Hopper GEMMs (TF32, split TF32), bias gradients
    7 Attention                 flash attention forward and backward (wgmma, mma.sync, FP32 cores), KV-cache decode
    8 Fused classifier          softmax, cross-entropy and the logits' gradient
    9 Sampling                  the next token on the device
