@@ -1622,7 +1622,7 @@ __device__ __forceinline__ void gemm_split_stage(float acc[GEMM_SPLIT_TILE_N / 2
                                                  bool accumulate, const float* stages, uint64_t* loaded,
                                                  uint64_t* split, int n, int consumer) {
     int slot = n % GEMM_SPLIT_STAGES;
-    mbarrier_wait(&loaded[slot], (n / GEMM_SPLIT_STAGES) & 1);
+    mbarrier_wait(&loaded[slot], (n / GEMM_SPLIT_STAGES) & 1);  // TMA's a, seen by this thread's own loads
     mbarrier_wait(&split[slot], (n / GEMM_SPLIT_STAGES) & 1);
     const float* a = stages + (size_t)slot * 3 * GEMM_SPLIT_PANEL;
     const float* b_hi = a + GEMM_SPLIT_PANEL;
@@ -1657,7 +1657,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
     float* staging = stages + STAGES * STAGE_FLOATS;                     // [consumer][2][GEMM_STAGING_FLOATS]
     uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
-    uint64_t* split = consumed + STAGES;   // [STAGES]: b's hi and lo parts written
+    uint64_t* split = consumed + STAGES;   // [STAGES]: b's lo part written
     GemmGrid grid = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, k_parts);
     if (threadIdx.x == 0) {
         gemm_ring_init(loaded, consumed, STAGES, 256);
