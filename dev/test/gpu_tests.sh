@@ -17,7 +17,16 @@ started=$SECONDS
 source dev/test/runs.sh
 fixtures=dev/test/fixtures
 # -f 0 -c 32: cuBLASLt's split products in chunks of 32, so that the fixtures' short products take
-# both ways of adding chunks; under a 99 KB cap, since on Hopper our GEMM would take them.
+# both ways of adding chunks; under a 99 KB cap, since on Hopper our GEMM would take them. Its
+# premise, checked: the run says it took those chunks of 32 (or that there is no GPU).
+said_chunks_of_32() { grep -qE '^(SKIPPED|split TF32: hi hi in chunks of 32 summed values$)' <<< "$1"; }
+chunks_of_32() {
+  local out status=0
+  out=$(GPT2_TEST_SHARED_KB=99 ./test_gpt2_fp32 "$@" 2>&1) || status=1
+  echo "$out"
+  said_chunks_of_32 "$out" || { echo "FAIL  -f 0 -c 32 did not take cuBLASLt's split chunks of 32"; status=1; }
+  return $status
+}
 fixture_checks() {
   local status=0 args
   for args in "${fixture_runs[@]}" "-f 0 -c 32 -m ${fixture_small}_softmax_model.bin -s ${fixture_small}_softmax_state.bin" \
@@ -25,7 +34,7 @@ fixture_checks() {
     echo "./test_gpt2_fp32 $args"
     if [[ $args == *"-c 32"* ]]; then
       # shellcheck disable=SC2086  # args: the flags, split
-      GPT2_TEST_SHARED_KB=99 ./test_gpt2_fp32 $args || status=1
+      chunks_of_32 $args || status=1
     else
       # shellcheck disable=SC2086
       ./test_gpt2_fp32 $args || status=1
