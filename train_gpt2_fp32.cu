@@ -922,8 +922,9 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int col, in
                  ::"l"(map), "r"(col), "r"(row), "r"(shared_address(src)) : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read_all_but_last() {
-    asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+template <int PENDING>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(PENDING) : "memory");
 }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
@@ -1309,24 +1310,25 @@ __device__ __forceinline__ int2 gemm_tile_origin(int tile, int row_tiles, int co
 
 // 64 rows x COLS of a consumer warpgroup's accumulator (the fragment of "Hopper primitives") + bias
 // into out at (row0, col0) through TMA stores, with GELU their GELU into gelu_out as well. Per chunk
-// the values are written into one of the consumer's two staging buffers in turn (`staged` counts
-// the chunks; a buffer is two 128-byte-swizzled 32-column panels, the swizzle sparing shared
+// the values are written into one of the consumer's BUFFERS staging buffers in turn (`staged`
+// counts the chunks; a buffer is two 128-byte-swizzled 32-column panels, the swizzle sparing shared
 // memory's banks), then one thread stores both panels and goes on; before a buffer is written
-// again that thread waits until the store of two chunks before has read it. A chunk is 64 columns
+// again that thread waits until the store of BUFFERS chunks before has read it. A chunk is 64 columns
 // of out, or with GELU 32: panel 0 then holds out's and panel 1 their GELU, computed from panel 0
 // element by element in a rolled loop (one tanhf in the code rather than one per register). TMA
 // leaves out what lies outside out (edge tiles).
-template <int COLS, bool GELU>
+template <int COLS, bool GELU, int BUFFERS = 2>
 __device__ __forceinline__ void gemm_store_tma(const CUtensorMap* out_map, const CUtensorMap* gelu_map,
                                                const float* bias, float* staging_buffers, int& staged,
                                                const float acc[COLS / 2], int row0, int col0, int N, int barrier_id) {
     constexpr int CHUNK_COLS = GELU ? 32 : 64, PANEL_FLOATS = 64 * 32;
+    static_assert(BUFFERS == 1 || BUFFERS == 2, "staging buffers taken in turn by the chunk count's low bit");
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, row = 16 * (threadIdx.x % 128 / 32) + g;
     bool leader = threadIdx.x % 128 == 0;
 #pragma unroll
     for (int chunk = 0; chunk < COLS / CHUNK_COLS; chunk++, staged++) {
-        float* staging = staging_buffers + (staged & 1) * GEMM_STAGING_FLOATS;
-        if (leader) { bulk_wait_read_all_but_last(); }
+        float* staging = staging_buffers + (staged & (BUFFERS - 1)) * GEMM_STAGING_FLOATS;
+        if (leader) { bulk_wait_read<BUFFERS - 1>(); }
         named_barrier(barrier_id, 128);
 #pragma unroll
         for (int n = 0; n < CHUNK_COLS / 8; n++) {
@@ -1552,16 +1554,17 @@ static void gemm_tf32(float* out, float* gelu_out, const float* a, const float* 
 // order (sum_arrays; accumulating into out, part 0 goes to partials too). Every sum has a fixed
 // order: bit-identical run to run.
 constexpr int GEMM_SPLIT_TILE_N = 128;
-constexpr int GEMM_SPLIT_STAGES = 3;
+constexpr int GEMM_SPLIT_STAGES = 4;
 constexpr int GEMM_SPLIT_PANEL = 128 * 32;  // floats of a panel: a's, b's and b's lo part
 constexpr int GEMM_SPLITTERS = 96;          // warps 1-3 of warpgroup 0
 [[maybe_unused]] constexpr int GEMM_ISSUED_BARRIER = 3;  // named barriers 3, 4: consumer 0, 1 issued a stage's MMAs
                                                         // (sm_90a code only)
 
-// The stages (a | b | b lo), the consumers' two staging buffers each, the barriers, the alignment.
+// The stages (a | b | b lo), one staging buffer per consumer (4 stages fit beside it; the lab's 3 with
+// two each were 1% slower, a transposed 10%), the barriers, the alignment.
 constexpr size_t gemm_split_shared_bytes() {
     return GEMM_SPLIT_STAGES * (3 * GEMM_SPLIT_PANEL * sizeof(float) + 3 * sizeof(uint64_t)) +
-           4 * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
+           2 * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
 }
 
 // The splitters (GEMM_SPLITTERS threads from thread 32): each stage's b panel, once landed, gets
@@ -1654,8 +1657,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
     constexpr int STAGES = GEMM_SPLIT_STAGES, STAGE_FLOATS = 3 * GEMM_SPLIT_PANEL;
     extern __shared__ float shared_raw[];
     float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b | b lo]
-    float* staging = stages + STAGES * STAGE_FLOATS;                     // [consumer][2][GEMM_STAGING_FLOATS]
-    uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
+    float* staging = stages + STAGES * STAGE_FLOATS;                     // [consumer][GEMM_STAGING_FLOATS]
+    uint64_t* loaded = (uint64_t*)(staging + 2 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
     uint64_t* split = consumed + STAGES;   // [STAGES]: b's lo part written
     GemmGrid grid = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, k_parts);
@@ -1676,7 +1679,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
     }
     warpgroup_registers_raise<232>();
     int consumer = threadIdx.x / 128 - 1, staged = 0, n = 0;  // n: stages taken so far
-    float* staging_buffers = staging + 2 * consumer * GEMM_STAGING_FLOATS;
+    float* staging_buffer = staging + consumer * GEMM_STAGING_FLOATS;
     for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
         GemmWork work = gemm_work(item, grid);
         float sum[GEMM_SPLIT_TILE_N / 2] = {}, acc[GEMM_SPLIT_TILE_N / 2];
@@ -1703,10 +1706,10 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
         }
         int row0 = work.origin.x + 64 * consumer;
         if (work.part == 0) {
-            gemm_store_tma<GEMM_SPLIT_TILE_N, false>(&out_map, nullptr, bias, staging_buffers, staged, sum, row0,
+            gemm_store_tma<GEMM_SPLIT_TILE_N, false, 1>(&out_map, nullptr, bias, staging_buffer, staged, sum, row0,
                                                      work.origin.y, N, 1 + consumer);
         } else {
-            gemm_store_tma<GEMM_SPLIT_TILE_N, false>(&partials_map, nullptr, nullptr, staging_buffers, staged, sum,
+            gemm_store_tma<GEMM_SPLIT_TILE_N, false, 1>(&partials_map, nullptr, nullptr, staging_buffer, staged, sum,
                                                      (work.part - 1) * rows_pad + row0, work.origin.y, N, 1 + consumer);
         }
     }
