@@ -18,10 +18,10 @@ the tiles, K = 772, the unpadded vocabulary).
   Split TF32 (-f 0, FP32 accuracy), against an FP64 reference like the rest:
   variant 4  the trainer's matmul_split: the operands split into scratch, cuBLASLt's products (hi lo
              + lo hi over the doubled summed dimension, hi hi in chunks of 256)
-  variant 5  gemm_split_tf32, the trainer's on Hopper: 128 x 128 tiles, b split in shared memory
-             and a in registers as the stages arrive, three wgmma per k-step, K split into parts
-             where the tiles are few; also on the input gradients of fc and qkv as the trainer
-             stores their output gradient, transposed ("a_t" shapes: a is (K, M))
+  variant 5  gemm_split_tf32, the trainer's on Hopper: 128 x 128 tiles, a ring of 4 stages, b split
+             in shared memory and a in registers as the stages arrive, three wgmma per k-step, K
+             split into parts where the tiles are few; also on the input gradients of fc and qkv
+             as the trainer stores their output gradient, transposed ("a_t" shapes: a is (K, M))
 
   ./matmul_wgmma [--small] [variant ...]
 
