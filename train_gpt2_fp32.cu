@@ -1309,12 +1309,12 @@ __device__ __forceinline__ int2 gemm_tile_origin(int tile, int row_tiles, int co
 }
 
 // 64 rows x COLS of a consumer warpgroup's accumulator (the fragment of "Hopper primitives") + bias
-// into out at (row0, col0) through TMA stores, with GELU their GELU into gelu_out as well. Per chunk
-// the values are written into one of the consumer's BUFFERS staging buffers in turn (`staged`
+// into out at (row0, col0) through TMA stores, with GELU their GELU into gelu_out as well. Per
+// chunk the values are written into one of the consumer's BUFFERS staging buffers in turn (`staged`
 // counts the chunks; a buffer is two 128-byte-swizzled 32-column panels, the swizzle sparing shared
-// memory's banks), then one thread stores both panels and goes on; before a buffer is written
-// again that thread waits until the store of BUFFERS chunks before has read it. A chunk is 64 columns
-// of out, or with GELU 32: panel 0 then holds out's and panel 1 their GELU, computed from panel 0
+// memory's banks), then one thread stores both panels and goes on; before a buffer is written again
+// that thread waits until the store of BUFFERS chunks before has read it. A chunk is 64 columns of
+// out, or with GELU 32: panel 0 then holds out's and panel 1 their GELU, computed from panel 0
 // element by element in a rolled loop (one tanhf in the code rather than one per register). TMA
 // leaves out what lies outside out (edge tiles).
 template <int COLS, bool GELU, int BUFFERS = 2>
@@ -1707,10 +1707,11 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
         int row0 = work.origin.x + 64 * consumer;
         if (work.part == 0) {
             gemm_store_tma<GEMM_SPLIT_TILE_N, false, 1>(&out_map, nullptr, bias, staging_buffer, staged, sum, row0,
-                                                     work.origin.y, N, 1 + consumer);
+                                                        work.origin.y, N, 1 + consumer);
         } else {
             gemm_store_tma<GEMM_SPLIT_TILE_N, false, 1>(&partials_map, nullptr, nullptr, staging_buffer, staged, sum,
-                                                     (work.part - 1) * rows_pad + row0, work.origin.y, N, 1 + consumer);
+                                                        (work.part - 1) * rows_pad + row0, work.origin.y, N,
+                                                        1 + consumer);
         }
     }
     if (consumer == 0 && n > 0) { named_barrier(GEMM_ISSUED_BARRIER + 1, 256); }  // consumer 1's last arrival
