@@ -1555,16 +1555,17 @@ static void gemm_tf32(float* out, float* gelu_out, const float* a, const float* 
 // order: bit-identical run to run.
 constexpr int GEMM_SPLIT_TILE_N = 128;
 constexpr int GEMM_SPLIT_STAGES = 4;
+constexpr int GEMM_SPLIT_BUFFERS = 1;       // staging buffers per consumer (gemm_store_tma)
 constexpr int GEMM_SPLIT_PANEL = 128 * 32;  // floats of a panel: a's, b's and b's lo part
 constexpr int GEMM_SPLITTERS = 96;          // warps 1-3 of warpgroup 0
 [[maybe_unused]] constexpr int GEMM_ISSUED_BARRIER = 3;  // named barriers 3, 4: consumer 0, 1 issued a stage's MMAs
                                                         // (sm_90a code only)
 
-// The stages (a | b | b lo), one staging buffer per consumer (4 stages fit beside it; the lab's 3 with
-// two each were 1% slower, a transposed 10%), the barriers, the alignment.
+// The stages (a | b | b lo), the consumers' staging buffers (one each lets 4 stages fit; the lab's 3
+// stages with two buffers each were 1% slower, a transposed 10%), the barriers, the alignment.
 constexpr size_t gemm_split_shared_bytes() {
     return GEMM_SPLIT_STAGES * (3 * GEMM_SPLIT_PANEL * sizeof(float) + 3 * sizeof(uint64_t)) +
-           2 * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
+           2 * GEMM_SPLIT_BUFFERS * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
 }
 
 // The splitters (GEMM_SPLITTERS threads from thread 32): each stage's b panel, once landed, gets
@@ -1657,8 +1658,8 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
     constexpr int STAGES = GEMM_SPLIT_STAGES, STAGE_FLOATS = 3 * GEMM_SPLIT_PANEL;
     extern __shared__ float shared_raw[];
     float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b | b lo]
-    float* staging = stages + STAGES * STAGE_FLOATS;                     // [consumer][GEMM_STAGING_FLOATS]
-    uint64_t* loaded = (uint64_t*)(staging + 2 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
+    float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][GEMM_SPLIT_BUFFERS][GEMM_STAGING_FLOATS]
+    uint64_t* loaded = (uint64_t*)(staging + 2 * GEMM_SPLIT_BUFFERS * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
     uint64_t* split = consumed + STAGES;   // [STAGES]: b's lo part written
     GemmGrid grid = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, k_parts);
@@ -1679,7 +1680,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
     }
     warpgroup_registers_raise<232>();
     int consumer = threadIdx.x / 128 - 1, staged = 0, n = 0;  // n: stages taken so far
-    float* staging_buffer = staging + consumer * GEMM_STAGING_FLOATS;
+    float* staging_buffers = staging + consumer * GEMM_SPLIT_BUFFERS * GEMM_STAGING_FLOATS;
     for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
         GemmWork work = gemm_work(item, grid);
         float sum[GEMM_SPLIT_TILE_N / 2] = {}, acc[GEMM_SPLIT_TILE_N / 2];
@@ -1706,12 +1707,14 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
         }
         int row0 = work.origin.x + 64 * consumer;
         if (work.part == 0) {
-            gemm_store_tma<GEMM_SPLIT_TILE_N, false, 1>(&out_map, nullptr, bias, staging_buffer, staged, sum, row0,
-                                                        work.origin.y, N, 1 + consumer);
+            gemm_store_tma<GEMM_SPLIT_TILE_N, false, GEMM_SPLIT_BUFFERS>(&out_map, nullptr, bias, staging_buffers,
+                                                                         staged, sum, row0, work.origin.y, N,
+                                                                         1 + consumer);
         } else {
-            gemm_store_tma<GEMM_SPLIT_TILE_N, false, 1>(&partials_map, nullptr, nullptr, staging_buffer, staged, sum,
-                                                        (work.part - 1) * rows_pad + row0, work.origin.y, N,
-                                                        1 + consumer);
+            gemm_store_tma<GEMM_SPLIT_TILE_N, false, GEMM_SPLIT_BUFFERS>(&partials_map, nullptr, nullptr,
+                                                                         staging_buffers, staged, sum,
+                                                                         (work.part - 1) * rows_pad + row0,
+                                                                         work.origin.y, N, 1 + consumer);
         }
     }
     if (consumer == 0 && n > 0) { named_barrier(GEMM_ISSUED_BARRIER + 1, 256); }  // consumer 1's last arrival
