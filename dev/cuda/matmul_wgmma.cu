@@ -22,6 +22,9 @@ the tiles, K = 772, the unpadded vocabulary).
              in shared memory and a in registers as the stages arrive, three wgmma per k-step, K
              split into parts where the tiles are few; also on the input gradients of fc and qkv
              as the trainer stores their output gradient, transposed ("a_t" shapes: a is (K, M))
+  variant 6  gemm_tf32_regs: plain TF32 in variant 5's layout (a through registers, one wgmma a
+             k-step) on 128 x 256 tiles; on the a_t shapes too, the weight gradients' among them
+             (the output gradient read as stored, (B*T, OC), against cuBLASLt on the transposed copy)
 
   ./matmul_wgmma [--small] [variant ...]
 
@@ -48,6 +51,11 @@ Split TF32 (session 6, H200): gemm_split_tf32 at 82-102 TFLOP/s of FP32-accurate
 of cuBLASLt's split path's time in its first form and 10-20% faster since (README.md), errors
 5-10e-7 of max |out| (cuBLASLt's split path 4-10e-7, plain FP32 6-10e-7); the trainer runs it for
 every -f 0 product on Hopper.
+
+Plain TF32 with a through registers (variant 6, session 8, H200): the backward's products at d12
+B=16 in 0.99-1.10 of cuBLASLt's time, a read as stored (a_t, against cuBLASLt on the transposed
+copy) 3-8% slower than a read along K, attproj's weight gradient 0.71 (K in parts); the forward's
+1.05-1.42. Too little to take the transposed copies out of the trainer (README.md).
 */
 #include "common.h"
 
@@ -55,6 +63,7 @@ every -f 0 product on Hopper.
 #include <nvtx3/nvToolsExt.h>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 // ----------------------------------------------------------------------------------------------
 // The lab's own form beside the trainer's gemm_tf32 (in its "Matrix products" section, with its
@@ -162,9 +171,168 @@ static void gemm_tf32_wide(float* out, const float* a, const float* b, const flo
 }
 
 // ----------------------------------------------------------------------------------------------
+// Variant 6: plain TF32 with a through registers, the split kernel's layout with one MMA a k-step
+// (issue 52's question: can a TF32 product read an output gradient as stored, (K, M), so that no
+// transposed copy of it is written?). Both consumers take every tile of 128 x GEMM_REGS_N (rows
+// 0-63 and 64-127), load their rows of a as fragments (ldmatrix, or a value at a time from a
+// stored transposed), round them to TF32 and issue a k-step's m64n256 wgmma; K split into parts
+// where the tiles are few (partial sums added in part order, as gemm_split_tf32). A ring of 4
+// stages of 48 KB and one staging buffer a consumer (225 KB); a consumer drains its MMAs every
+// GEMM_REGS_GROUP stages (README: what ptxas does otherwise).
+
+// d (64 x 256) = [d +] A (64 x 8, registers) * B (256 x 8, shared)^T
+__device__ __forceinline__ void wgmma_64x256_registers(float d[128], const float a[4], uint64_t b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+        : WG_D8(d, 0), WG_D8(d, 8), WG_D8(d, 16), WG_D8(d, 24), WG_D8(d, 32), WG_D8(d, 40), WG_D8(d, 48),
+          WG_D8(d, 56), WG_D8(d, 64), WG_D8(d, 72), WG_D8(d, 80), WG_D8(d, 88), WG_D8(d, 96), WG_D8(d, 104),
+          WG_D8(d, 112), WG_D8(d, 120)
+        : WG_A4(a), "l"(b), "r"((int)accumulate));
+}
+
+constexpr int GEMM_REGS_N = 256, GEMM_REGS_STAGES = 4, GEMM_REGS_BUFFERS = 1;
+constexpr int GEMM_REGS_GROUP = 8;  // stages between drains of the MMAs (2 and 4 measured slower)
+constexpr size_t GEMM_REGS_SHARED =
+    GEMM_REGS_STAGES * (gemm_stage_floats(GEMM_REGS_N) * sizeof(float) + 2 * sizeof(uint64_t)) +
+    2 * GEMM_REGS_BUFFERS * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
+
+// A consumer's stage n: its a fragments into a (untouched until the MMAs reading them are done),
+// its k-steps' MMAs as one group; once the group before is done, that stage is freed and its
+// fragments, a_before, are kept live to this point (so that no register of theirs is reused while
+// MMAs read them).
+template <bool A_T>
+__device__ __forceinline__ void gemm_regs_stage(float acc[GEMM_REGS_N / 2], float a[4][4], float a_before[4][4],
+                                                const float* stages, uint64_t* loaded, uint64_t* consumed, int n,
+                                                bool start, bool free_previous, int consumer) {
+    float unused[4][4];  // the lo parts, never computed
+    int slot = n % GEMM_REGS_STAGES;
+    mbarrier_wait(&loaded[slot], (n / GEMM_REGS_STAGES) & 1);
+    const float* stage = stages + (size_t)slot * gemm_stage_floats(GEMM_REGS_N);
+    const float* b = stage + GEMM_TILE_M * 32;
+    gemm_split_fragments<A_T>(a, unused, stage, 64 * consumer + 16 * (threadIdx.x % 128 / 32));
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        wgmma_64x256_registers(acc, a[ks], wgmma_descriptor(b + 8 * ks), !start || ks > 0);
+    }
+    wgmma_commit();
+    wgmma_wait_one();
+    pin_registers<16>(&a_before[0][0]);
+    if (free_previous) { mbarrier_arrive(&consumed[(n - 1) % GEMM_REGS_STAGES]); }
+}
+
+template <bool A_T>
+__global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_regs_kernel(
+    const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+    const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap partials_map,
+    const float* bias, int M, int N, int K, int k_parts, int rows_pad) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int STAGES = GEMM_REGS_STAGES, STAGE_FLOATS = gemm_stage_floats(GEMM_REGS_N);
+    constexpr int BUFFERS = GEMM_REGS_BUFFERS;
+    extern __shared__ float shared_raw[];
+    float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b]
+    float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][BUFFERS][GEMM_STAGING_FLOATS]
+    uint64_t* loaded = (uint64_t*)(staging + 2 * BUFFERS * GEMM_STAGING_FLOATS);
+    uint64_t* consumed = loaded + STAGES;
+    GemmGrid grid = gemm_grid(M, N, K, GEMM_REGS_N, k_parts);
+    if (threadIdx.x == 0) {
+        gemm_ring_init(loaded, consumed, STAGES, 256);
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        warpgroup_registers_lower<40>();
+        if (threadIdx.x == 0) {
+            gemm_produce<STAGES, STAGE_FLOATS, A_T>(stages, loaded, consumed, &a_map, &b_map, grid);
+        }
+        return;
+    }
+    warpgroup_registers_raise<232>();
+    int consumer = threadIdx.x / 128 - 1, staged = 0, n = 0;  // n: stages taken so far
+    float* staging_buffers = staging + consumer * BUFFERS * GEMM_STAGING_FLOATS;
+    for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
+        GemmWork work = gemm_work(item, grid);
+        float acc[GEMM_REGS_N / 2];  // the tile's first MMA starts it
+        // stages in groups of GEMM_REGS_GROUP, each group's MMAs drained at its end (MMAs in flight
+        // across the loop's back edge, reading registers, make ptxas serialise every wgmma); two
+        // fragment sets in turn: one's read by MMAs while the other's load
+        float a[2][4][4];
+        for (int kt = 0; kt < work.k_tiles; kt += GEMM_REGS_GROUP) {
+#pragma unroll
+            for (int g = 0; g < GEMM_REGS_GROUP; g++) {
+                if (kt + g == work.k_tiles) { break; }
+                gemm_regs_stage<A_T>(acc, a[g & 1], a[(g + 1) & 1], stages, loaded, consumed, n++, kt + g == 0, g > 0,
+                                     consumer);
+            }
+            wgmma_wait_all();
+            pin_registers<GEMM_REGS_N / 2>(acc);
+            pin_registers<32>(&a[0][0][0]);
+            mbarrier_arrive(&consumed[(n - 1) % STAGES]);
+        }
+        int row0 = work.origin.x + 64 * consumer;
+        bool first = work.part == 0;
+        gemm_store_tma<GEMM_REGS_N, false, BUFFERS>(first ? &out_map : &partials_map, nullptr, first ? bias : nullptr,
+                                                    staging_buffers, staged, acc,
+                                                    first ? row0 : (work.part - 1) * rows_pad + row0, work.origin.y, N,
+                                                    1 + consumer);
+    }
+    if (threadIdx.x % 128 == 0) { bulk_wait_all(); }
+#endif
+}
+
+// Parts along K: the count (up to 16) that minimises the waves of work items (a stage of 32 at
+// 2.6 TFLOP/s a multiprocessor) plus the partial sums' traffic (written and read at 3 TB/s), within
+// partial_floats.
+static int gemm_regs_parts(int M, int N, int K, size_t partial_floats) {
+    const double stage_us = 2.0 * GEMM_TILE_M * GEMM_REGS_N * 32 / 2.6e6, bytes_per_us = 3e6;
+    size_t part_floats = gemm_split_part_floats(M, N);
+    int best = 1;
+    double best_us = INFINITY;
+    for (int parts = 1; parts <= std::min(16, (int)ceil_div(K, 32)); parts++) {
+        GemmGrid g = gemm_grid(M, N, K, GEMM_REGS_N, parts);
+        if ((parts - 1) * g.part_k_tiles >= g.k_tiles) { continue; }
+        if ((parts - 1) * part_floats > partial_floats) { break; }
+        double us = ceil_div(g.items, g_num_sms) * g.part_k_tiles * stage_us +
+                    (parts - 1) * part_floats * 2 * sizeof(float) / bytes_per_us;
+        if (us < best_us) { best = parts, best_us = us; }
+    }
+    return best;
+}
+
+// out = a b^T + bias (bias optional), a stored (M, K) or, with a_t, (K, M); partials: scratch for the
+// parts along K from part 1 on.
+static void gemm_tf32_regs(float* out, const float* a, bool a_t, const float* b, const float* bias, int M, int N, int K,
+                           float* partials, size_t partial_floats) {
+    auto kernel = a_t ? gemm_tf32_regs_kernel<true> : gemm_tf32_regs_kernel<false>;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GEMM_REGS_SHARED));
+    int k_parts = gemm_regs_parts(M, N, K, partial_floats);
+    GemmGrid grid = gemm_grid(M, N, K, GEMM_REGS_N, k_parts);
+    int rows_pad = grid.row_tiles * GEMM_TILE_M;
+    CUtensorMap a_map = a_t ? tensor_map_panels(a, K, M, M, 32) : tensor_map_panels(a, M, K, K, GEMM_TILE_M);
+    CUtensorMap b_map = tensor_map_panels(b, N, K, K, GEMM_REGS_N);
+    CUtensorMap out_map = tensor_map_panels(out, M, N, N, 64);
+    CUtensorMap partials_map =
+        k_parts > 1 ? tensor_map_panels(partials, (size_t)(k_parts - 1) * rows_pad, N, N, 64) : out_map;
+    kernel<<<std::min(grid.items, g_num_sms), GEMM_THREADS, GEMM_REGS_SHARED>>>(a_map, b_map, out_map, partials_map,
+                                                                                bias, M, N, K, k_parts, rows_pad);
+    cudaCheck(cudaGetLastError());
+    if (k_parts > 1) { sum_arrays(out, out, partials, gemm_split_part_floats(M, N), k_parts - 1, (size_t)M * N, 0); }
+}
+
+// ----------------------------------------------------------------------------------------------
 // The lab
 
-constexpr int NUM_VARIANTS = 5;
+constexpr int NUM_VARIANTS = 6;
 constexpr const char* VARIANT_NAMES[] = {
     nullptr,
     "1 cuBLASLt TF32 + bias (matmul_forward)",
@@ -172,6 +340,7 @@ constexpr const char* VARIANT_NAMES[] = {
     "3 gemm_tf32_wide (128 x 256, cooperative, TMA stores, 3 stages)",
     "4 cuBLASLt split TF32 (-f 0's matmul_split)",
     "5 gemm_split_tf32 (ours, split TF32 in one pass)",
+    "6 gemm_tf32_regs (a in registers, 128 x 256, 4 stages)",
 };
 
 // Relative to max |out|: both operands read as TF32 (10 mantissa bits; the tensor cores drop the
@@ -179,14 +348,14 @@ constexpr const char* VARIANT_NAMES[] = {
 constexpr double TF32_TOLERANCE = 5e-3;
 // Split TF32: FP32's, sums of K products (~sqrt(K) * 6e-8), as matmul_forward.cu holds it.
 constexpr double FP32_TOLERANCE = 1e-5;
-static double tolerance(int variant) { return variant >= 4 ? FP32_TOLERANCE : TF32_TOLERANCE; }
+static double tolerance(int variant) { return variant == 4 || variant == 5 ? FP32_TOLERANCE : TF32_TOLERANCE; }
 
 struct Shape {
     std::string name;
     int M, N, K;
     bool has_bias;
     bool gelu = false;  // also GELU(out) into gelu_out (the fc layer)
-    bool a_t = false;   // inp stored transposed, (K, M): variants 4 and 5 only
+    bool a_t = false;   // inp stored transposed, (K, M): variants 4 to 6 only
 };
 
 struct Buffers {
@@ -197,7 +366,7 @@ struct Buffers {
 // Ours store through TMA: rows of out and of the operands 16-byte aligned. Only variants 1 and 2
 // have the GELU.
 static bool runs_on(int variant, const Shape& s) {
-    if ((s.gelu && variant > 2) || (s.a_t && variant < 4)) { return false; }
+    if ((s.gelu && variant > 2) || (s.a_t && variant < 4) || (s.a_t && s.M % 4 != 0)) { return false; }
     return variant == 1 || variant == 4 || (s.N % 4 == 0 && s.K % 4 == 0);
 }
 
@@ -217,9 +386,12 @@ static void launch_variant(int variant, const Buffers& d, const Shape& s) {
                              .ldb = s.a_t ? s.M : s.K, .batch = 1, .stride_a = 0, .stride_b = 0, .stride_out = 0,
                              .tf32 = true};
         matmul_split(d.out, d.weight, s.a_t ? d.inp_t : d.inp, bias, shape, 1.0f, 0.0f, 0);
-    } else {
+    } else if (variant == 5) {
         gemm_split_tf32(d.out, s.a_t ? d.inp_t : d.inp, s.a_t, d.weight, bias, s.M, s.N, s.K, false, g_split_scratch[0],
                         g_split_scratch_floats[0]);
+    } else {
+        gemm_tf32_regs(d.out, s.a_t ? d.inp_t : d.inp, s.a_t, d.weight, bias, s.M, s.N, s.K, g_split_scratch[0],
+                       g_split_scratch_floats[0]);
     }
 }
 
@@ -282,12 +454,17 @@ static void add_layers(std::vector<Shape>* shapes, const char* model, int B, int
     // the backward's products in the same form, on the trainer's transposed copies: the LM head's
     // input gradient (K = Vp) and weight gradients (K = B*T)
     shapes->push_back({p + "lm head dinp", M, C, LAB_VP, false});
+    shapes->push_back({p + "fc dinp", M, C, 4 * C, false});
     shapes->push_back({p + "fc dinp a_t", M, C, 4 * C, false, false, true});
+    shapes->push_back({p + "qkv dinp", M, C, 3 * C, false});
     shapes->push_back({p + "qkv dinp a_t", M, C, 3 * C, false, false, true});
     shapes->push_back({p + "lm head dweight", LAB_VP, C, M, false});
-    shapes->push_back({p + "qkv dweight", 3 * C, C, M, false});
-    shapes->push_back({p + "fc dweight", 4 * C, C, M, false});
-    shapes->push_back({p + "fcproj dweight", C, 4 * C, M, false});
+    // and with the output gradient read as stored, (B*T, OC): a_t (variants 4-6)
+    for (const auto& [name, OC, IC] : {std::tuple{"qkv", 3 * C, C}, {"attproj", C, C}, {"fc", 4 * C, C},
+                                       {"fcproj", C, 4 * C}}) {
+        shapes->push_back({p + name + " dweight", OC, IC, M, false});
+        shapes->push_back({p + name + " dweight a_t", OC, IC, M, false, false, true});
+    }
 }
 
 int main(int argc, char** argv) {
@@ -317,7 +494,7 @@ int main(int argc, char** argv) {
         max_n = std::max(max_n, (size_t)s.N);
     }
     // matmul_split's operands and partial sums (gemm_split_tf32 takes its parts' partials from the same)
-    if (variant_selected(4) || variant_selected(5)) {
+    if (variant_selected(4) || variant_selected(5) || variant_selected(6)) {
         split_scratch_reserve(2 * (max_inp + max_weight) + 4 + max_partials, 0);
     }
     Buffers d = {gpu_floats(max_out), gpu_floats(max_out), gpu_floats(max_inp), gpu_floats(max_weight),
@@ -327,15 +504,20 @@ int main(int argc, char** argv) {
             if (variant_selected(variant) && runs_on(variant, s)) { run_shape(d, s, variant, !small); }
         }
     }
-    if (!small) { note("time over cuBLASLt's (variant 1), per shape: variants 2 3; split TF32: 5 over 4"); }
+    if (!small) {
+        note("time over cuBLASLt's (variant 1), per shape: variants 2 3 6; split TF32: 5 over 4; an a_t shape over "
+             "its twin's variant 1 and 4 (cuBLASLt on the transposed copy)");
+    }
     for (const Shape& s : shapes) {
         std::map<int, double>& t = g_times[s.name];
-        if (t.count(1) == 0 && t.count(4) == 0) { continue; }
+        const std::string twin = s.a_t ? s.name.substr(0, s.name.size() - 4) : s.name;  // less " a_t"
+        std::map<int, double>& base_times = g_times[twin];
+        if (base_times.count(1) == 0 && t.count(4) == 0) { continue; }
         std::string row = s.name + ":";
-        for (int v : {2, 3, 5}) {
-            int base = v == 5 ? 4 : 1;
+        for (int v : {2, 3, 6, 5}) {
+            double base = v == 5 ? (t.count(4) ? t[4] : NAN) : (base_times.count(1) ? base_times[1] : NAN);
             char cell[32];
-            snprintf(cell, sizeof(cell), " %.3f", t.count(v) && t.count(base) ? t[v] / t[base] : NAN);
+            snprintf(cell, sizeof(cell), " %.3f", t.count(v) ? t[v] / base : NAN);
             row += cell;
         }
         note("%s", row.c_str());
