@@ -1445,8 +1445,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + GEMM_STAGES;    // [STAGES]: the MMAs reading the stage are done
     uint64_t* turn_done = consumed + GEMM_STAGES; // [consumer]: its main loop of a tile has issued every MMA
-    int row_tiles = ceil_div(M, GEMM_TILE_M), col_tiles = ceil_div(N, GEMM_TILE_N);
-    int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
+    GemmGrid grid = gemm_grid(M, N, K, GEMM_TILE_N, 1);
     if (threadIdx.x == 0) {
         gemm_ring_init(loaded, consumed, GEMM_STAGES, 128);
         mbarrier_init(&turn_done[0], 128);
@@ -1457,8 +1456,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     if (threadIdx.x < 128) {  // the producer warpgroup gives up registers
         warpgroup_registers_lower<40>();
         if (threadIdx.x == 0) {
-            gemm_produce<GEMM_STAGES, STAGE_FLOATS>(stages, loaded, consumed, &a_map, &b_map,
-                                                    gemm_grid(M, N, K, GEMM_TILE_N, 1));
+            gemm_produce<GEMM_STAGES, STAGE_FLOATS>(stages, loaded, consumed, &a_map, &b_map, grid);
         }
         return;
     }
@@ -1467,12 +1465,12 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     float* staging_buffers = staging + 2 * consumer * GEMM_STAGING_FLOATS;
     int staged = 0;  // chunks this consumer has staged
     // the CTA's j-th tile is consumer j % 2's; its stages are the ring's j * k_tiles onwards
-    for (int j = consumer, tile = blockIdx.x + consumer * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
-        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, GEMM_TILE_N);
+    for (int j = consumer, item = blockIdx.x + consumer * gridDim.x; item < grid.items; j += 2, item += 2 * gridDim.x) {
+        int2 origin = gemm_work(item, grid).origin;
         if (j > 0) { mbarrier_wait(&turn_done[1 - consumer], ((j - 1) / 2) & 1); }  // the other's turn on tile j - 1
         float acc[2][GEMM_TILE_N / 2] = {};  // rows 0-63 and 64-127 of the tile
-        int first = j * k_tiles;
-        for (int kt = 0; kt < k_tiles; kt++) {
+        int first = j * grid.k_tiles;
+        for (int kt = 0; kt < grid.k_tiles; kt++) {
             int n = first + kt, slot = n % GEMM_STAGES;
             mbarrier_wait(&loaded[slot], (n / GEMM_STAGES) & 1);
             const float* a = stages + slot * STAGE_FLOATS;
@@ -1490,7 +1488,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
         }
         mbarrier_arrive(&turn_done[consumer]);
         wgmma_wait_all();
-        mbarrier_arrive(&consumed[(first + k_tiles - 1) % GEMM_STAGES]);
+        mbarrier_arrive(&consumed[(first + grid.k_tiles - 1) % GEMM_STAGES]);
         pin_registers<GEMM_TILE_N>(&acc[0][0]);
         gemm_store_tma<GEMM_TILE_N, GELU>(&out_map, &gelu_map, bias, staging_buffers, staged, acc[0], origin.x,
                                           origin.y, N, 1 + consumer);
@@ -1524,8 +1522,7 @@ static void gemm_tf32(float* out, float* gelu_out, const float* a, const float* 
     CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE_M), b_map = tensor_map_panels(b, N, K, K, GEMM_TILE_N);
     CUtensorMap out_map = tensor_map_panels(out, M, N, N, 64);
     CUtensorMap gelu_map = gelu_out != nullptr ? tensor_map_panels(gelu_out, M, N, N, 64) : out_map;
-    unsigned int tiles = ceil_div(M, GEMM_TILE_M) * ceil_div(N, GEMM_TILE_N);
-    unsigned int grid = std::min(tiles, (unsigned int)g_num_sms);
+    int grid = std::min(gemm_grid(M, N, K, GEMM_TILE_N, 1).items, g_num_sms);
     if (gelu_out != nullptr) {
         gemm_tf32_kernel<true><<<grid, GEMM_THREADS, shared, stream>>>(a_map, b_map, out_map, gelu_map, bias, M, N, K);
     } else {
@@ -1705,17 +1702,12 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
 #pragma unroll
             for (int i = 0; i < GEMM_SPLIT_TILE_N / 2; i++) { sum[i] += acc[i]; }
         }
+        // part 0 to out with the bias, part p to the partial sums' rows (p - 1) rows_pad on
         int row0 = work.origin.x + 64 * consumer;
-        if (work.part == 0) {
-            gemm_store_tma<GEMM_SPLIT_TILE_N, false, GEMM_SPLIT_BUFFERS>(&out_map, nullptr, bias, staging_buffers,
-                                                                         staged, sum, row0, work.origin.y, N,
-                                                                         1 + consumer);
-        } else {
-            gemm_store_tma<GEMM_SPLIT_TILE_N, false, GEMM_SPLIT_BUFFERS>(&partials_map, nullptr, nullptr,
-                                                                         staging_buffers, staged, sum,
-                                                                         (work.part - 1) * rows_pad + row0,
-                                                                         work.origin.y, N, 1 + consumer);
-        }
+        bool first = work.part == 0;
+        gemm_store_tma<GEMM_SPLIT_TILE_N, false, GEMM_SPLIT_BUFFERS>(
+            first ? &out_map : &partials_map, nullptr, first ? bias : nullptr, staging_buffers, staged, sum,
+            first ? row0 : (work.part - 1) * rows_pad + row0, work.origin.y, N, 1 + consumer);
     }
     if (consumer == 0 && n > 0) { named_barrier(GEMM_ISSUED_BARRIER + 1, 256); }  // consumer 1's last arrival
     if (threadIdx.x % 128 == 0) { bulk_wait_all(); }

@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
     float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][2][GEMM_STAGING_FLOATS]
     uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
-    int row_tiles = ceil_div(M, GEMM_TILE_M), col_tiles = ceil_div(N, GEMM_WIDE_N);
-    int tiles = row_tiles * col_tiles, k_tiles = ceil_div(K, 32);
+    GemmGrid grid = gemm_grid(M, N, K, GEMM_WIDE_N, 1);
     if (threadIdx.x == 0) {
         gemm_ring_init(loaded, consumed, STAGES, 256);
         mbarrier_init_fence();
@@ -117,19 +116,16 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
     __syncthreads();
     if (threadIdx.x < 128) {
         warpgroup_registers_lower<40>();
-        if (threadIdx.x == 0) {
-            gemm_produce<STAGES, STAGE_FLOATS>(stages, loaded, consumed, &a_map, &b_map,
-                                               gemm_grid(M, N, K, GEMM_WIDE_N, 1));
-        }
+        if (threadIdx.x == 0) { gemm_produce<STAGES, STAGE_FLOATS>(stages, loaded, consumed, &a_map, &b_map, grid); }
         return;
     }
     warpgroup_registers_raise<232>();
     int consumer = threadIdx.x / 128 - 1, staged = 0;
-    for (int j = 0, tile = blockIdx.x; tile < tiles; j++, tile += gridDim.x) {
-        int2 origin = gemm_tile_origin(tile, row_tiles, col_tiles, GEMM_WIDE_N);
+    for (int j = 0, item = blockIdx.x; item < grid.items; j++, item += gridDim.x) {
+        int2 origin = gemm_work(item, grid).origin;
         float acc[GEMM_WIDE_N / 2] = {};  // rows 64 * consumer onwards
-        int first = j * k_tiles;
-        for (int kt = 0; kt < k_tiles; kt++) {
+        int first = j * grid.k_tiles;
+        for (int kt = 0; kt < grid.k_tiles; kt++) {
             int n = first + kt, slot = n % STAGES;
             mbarrier_wait(&loaded[slot], (n / STAGES) & 1);
             const float* a = stages + slot * STAGE_FLOATS + consumer * 64 * 32;
@@ -144,7 +140,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
             if (kt > 0) { mbarrier_arrive(&consumed[(n - 1) % STAGES]); }
         }
         wgmma_wait_all();
-        mbarrier_arrive(&consumed[(first + k_tiles - 1) % STAGES]);
+        mbarrier_arrive(&consumed[(first + grid.k_tiles - 1) % STAGES]);
         pin_registers<GEMM_WIDE_N / 2>(acc);
         gemm_store_tma<GEMM_WIDE_N, false>(&out_map, nullptr, bias, staging + 2 * consumer * GEMM_STAGING_FLOATS,
                                            staged, acc, origin.x + 64 * consumer, origin.y, N, 1 + consumer);
@@ -164,9 +160,8 @@ static void gemm_tf32_wide(float* out, const float* a, const float* b, const flo
     }
     CUtensorMap a_map = tensor_map_panels(a, M, K, K, GEMM_TILE_M), b_map = tensor_map_panels(b, N, K, K, GEMM_WIDE_N);
     CUtensorMap out_map = tensor_map_panels(out, M, N, N, 64);
-    unsigned int tiles = ceil_div(M, GEMM_TILE_M) * ceil_div(N, GEMM_WIDE_N);
-    gemm_tf32_wide_kernel<STAGES><<<std::min(tiles, (unsigned int)g_num_sms), GEMM_THREADS, shared>>>(
-        a_map, b_map, out_map, bias, M, N, K);
+    int grid = std::min(gemm_grid(M, N, K, GEMM_WIDE_N, 1).items, g_num_sms);
+    gemm_tf32_wide_kernel<STAGES><<<grid, GEMM_THREADS, shared>>>(a_map, b_map, out_map, bias, M, N, K);
     cudaCheck(cudaGetLastError());
 }
 
