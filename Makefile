@@ -61,10 +61,10 @@ lab:
 	$(MAKE) -C dev/cuda
 
 train_gpt2_fp32: train_gpt2_fp32.cu $(LLMC_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCCLIBS)
+	@$(call nvcc_build,$(NVCCFLAGS) $< -o $@ $(NVCCLIBS))
 
 test_gpt2_fp32: test_gpt2_fp32.cu train_gpt2_fp32.cu $(LLMC_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCCLIBS)
+	@$(call nvcc_build,$(NVCCFLAGS) $< -o $@ $(NVCCLIBS))
 
 # The trainer and the test binary built as another target's PTX only, which the driver compiles at
 # start, so that this GPU runs that target's paths (the GPU tests' other_paths group builds them):
