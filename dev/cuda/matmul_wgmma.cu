@@ -193,7 +193,7 @@ __device__ __forceinline__ void wgmma_64x256_registers(float d[128], const float
 }
 
 constexpr int GEMM_REGS_N = 256, GEMM_REGS_STAGES = 4, GEMM_REGS_BUFFERS = 1;
-constexpr int GEMM_REGS_GROUP = 8;  // stages between drains of the MMAs (2 and 4 measured slower)
+[[maybe_unused]] constexpr int GEMM_REGS_GROUP = 8;  // stages between drains of the MMAs (2, 4: slower)
 constexpr size_t GEMM_REGS_SHARED =
     GEMM_REGS_STAGES * (gemm_stage_floats(GEMM_REGS_N) * sizeof(float) + 2 * sizeof(uint64_t)) +
     2 * GEMM_REGS_BUFFERS * GEMM_STAGING_FLOATS * sizeof(float) + 1024;
