@@ -2677,8 +2677,8 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
 
 // ----------------------------------------------------------------------------------------------
 // Forward on Hopper (TF32 mode, built for sm_90a): the warpgroup MMA, wgmma, in place of mma.sync.
-// A CTA of WG_GROUPS warpgroups owns WG_CTA_QUERIES queries, 64 per warpgroup, and loops over key
-// tiles of 64 up to the diagonal, double-buffered. Per tile and warpgroup two wgmma chains:
+// A CTA of wgmma_groups(hs) warpgroups owns 64 queries per warpgroup and loops over key tiles of 64
+// up to the diagonal, double-buffered. Per tile and warpgroup two wgmma chains:
 //   S (64 x 64)  = Q (64 x hs, shared) K^T: K's tile [keys][hs] is the K-major B operand as it is;
 //   O (64 x hs) += P (64 x 64, registers) V: TF32 needs B K-major, so V is stored transposed,
 //                  [hs][keys], by the threads (loaded into registers one tile ahead).
@@ -2689,12 +2689,18 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_forward_min_blocks(HS, SP
 // whether the GPU runs it).
 
 constexpr int WG_QUERIES = 64;  // per warpgroup: wgmma's M
-constexpr int WG_GROUPS = 2;
-constexpr int WG_THREADS = 128 * WG_GROUPS;
-constexpr int WG_CTA_QUERIES = WG_QUERIES * WG_GROUPS;
-constexpr int WG_KEYS = 64;  // keys per tile: S's N, O's K
+constexpr int WG_KEYS = 64;     // keys per tile: S's N, O's K
+// Warpgroups a CTA, as the lab measured them (H200): four at hs 64, so that each K and V^T tile is
+// loaded and transposed once for 256 queries (d12 shapes 2-10% faster than two); two at hs 32 (four:
+// softmax 4% slower, ReLU 3.5% faster) and at hs 128 (four do not fit). Each warpgroup's rows are
+// computed alike either way: the same bits.
+__host__ __device__ constexpr int wgmma_groups(int hs) { return hs == 64 ? 4 : 2; }
+__host__ __device__ constexpr int wgmma_threads(int hs) { return 128 * wgmma_groups(hs); }
+__host__ __device__ constexpr int wgmma_cta_queries(int hs) { return WG_QUERIES * wgmma_groups(hs); }
 // its dynamic shared memory: the queries' panels and two stages of K and V^T, + 1 KB for the alignment
-constexpr size_t flash_wgmma_shared(int hs) { return (WG_CTA_QUERIES * hs + 4 * WG_KEYS * hs) * sizeof(float) + 1024; }
+constexpr size_t flash_wgmma_shared(int hs) {
+    return (wgmma_cta_queries(hs) * hs + 4 * WG_KEYS * hs) * sizeof(float) + 1024;
+}
 
 // d (64 x 64) = A B^T over HS columns, A and B each 64 rows of a panelled tile (of a_rows and b_rows
 // rows) in shared memory.
@@ -2710,7 +2716,7 @@ __device__ __forceinline__ void wgmma_scores(float d[WG_KEYS / 8][4], const floa
 
 // Rows [row0, row0 + ROWS) of a head's q or k into a panelled tile (cp.async; rows >= T as 0), by
 // the block's first THREADS threads.
-template <int ROWS, int HS, int THREADS = WG_THREADS>
+template <int ROWS, int HS, int THREADS>
 __device__ void load_panels(float* tile, const float* head, size_t row_stride, int row0, int T) {
     constexpr int CHUNKS = HS / 4;
     static_assert(ROWS * CHUNKS % THREADS == 0, "whole passes");
@@ -2723,14 +2729,23 @@ __device__ void load_panels(float* tile, const float* head, size_t row_stride, i
     }
 }
 
-// A thread's share of a tile's values: key tid % 64, HS / 16 consecutive 16-byte chunks.
-template <int HS>
-__device__ void load_values(float4 v[HS / 16], const float* v_head, size_t row_stride, int key0, int T) {
-    int key = threadIdx.x % WG_KEYS, chunk0 = threadIdx.x / WG_KEYS * (HS / 16);
+// 16-byte chunks of a tile's values a thread of THREADS holds.
+template <int HS, int THREADS>
+__host__ __device__ constexpr int value_chunks() {
+    static_assert(HS / 4 * WG_KEYS % THREADS == 0 && HS / 4 * WG_KEYS >= THREADS, "whole chunks a thread");
+    return HS / 4 * WG_KEYS / THREADS;
+}
+
+// A thread's share of a tile's values: key tid % 64, value_chunks consecutive 16-byte chunks.
+template <int HS, int THREADS>
+__device__ void load_values(float4 v[value_chunks<HS, THREADS>()], const float* v_head, size_t row_stride, int key0,
+                            int T) {
+    constexpr int CHUNKS = value_chunks<HS, THREADS>();
+    int key = threadIdx.x % WG_KEYS, chunk0 = threadIdx.x / WG_KEYS * CHUNKS;
     bool valid = key0 + key < T;
     const float4* src = (const float4*)(v_head + (size_t)(key0 + key) * row_stride) + chunk0;
 #pragma unroll
-    for (int i = 0; i < HS / 16; i++) { v[i] = valid ? src[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+    for (int i = 0; i < CHUNKS; i++) { v[i] = valid ? src[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 }
 
 // Where key k of a tile sits among V^T's columns: 0 2 4 6 1 3 5 7 within each group of 8.
@@ -2738,11 +2753,12 @@ __device__ __forceinline__ int value_position(int k) { return (k & ~7) | ((k & 1
 
 // The values of load_values into V^T (HS rows of WG_KEYS columns, panelled); a warp writes 32
 // columns of one row at a time, free of bank conflicts.
-template <int HS>
-__device__ void store_values_transposed(float* v_t, const float4 v[HS / 16]) {
-    int key = threadIdx.x % WG_KEYS, chunk0 = threadIdx.x / WG_KEYS * (HS / 16), col = value_position(key);
+template <int HS, int THREADS>
+__device__ void store_values_transposed(float* v_t, const float4 v[value_chunks<HS, THREADS>()]) {
+    constexpr int CHUNKS = value_chunks<HS, THREADS>();
+    int key = threadIdx.x % WG_KEYS, chunk0 = threadIdx.x / WG_KEYS * CHUNKS, col = value_position(key);
 #pragma unroll
-    for (int i = 0; i < HS / 16; i++) {
+    for (int i = 0; i < CHUNKS; i++) {
         int d = 4 * (chunk0 + i);
         v_t[panel_offset(d, col, HS)] = v[i].x;
         v_t[panel_offset(d + 1, col, HS)] = v[i].y;
@@ -2813,31 +2829,32 @@ __device__ void store_forward_rows(float* out, float* lse, const float o[HS / 8]
 }
 
 template <AttentionKind KIND, int HS>
-__global__ void __launch_bounds__(WG_THREADS) flash_forward_wgmma_kernel(float* out, float* lse, const float* qkv,
-                                                                          int T, int NH) {
+__global__ void __launch_bounds__(wgmma_threads(HS)) flash_forward_wgmma_kernel(float* out, float* lse,
+                                                                                 const float* qkv, int T, int NH) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int TILE = WG_KEYS * HS;  // a K or V^T tile
+    constexpr int THREADS = wgmma_threads(HS), CTA_QUERIES = wgmma_cta_queries(HS);
     extern __shared__ float shared_raw[];
-    // q (WG_CTA_QUERIES x HS), then two stages of {K, V^T}; panels 1024-byte aligned
+    // q (CTA_QUERIES x HS), then two stages of {K, V^T}; panels 1024-byte aligned
     float* q_tile = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
-    float* stages = q_tile + WG_CTA_QUERIES * HS;
+    float* stages = q_tile + CTA_QUERIES * HS;
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
     int group = threadIdx.x / 128, g = warp.thread_rank() >> 2, q = warp.thread_rank() & 3;
     int C = NH * HS, h = blockIdx.x % NH;
     size_t b = blockIdx.x / NH, row_stride = 3 * (size_t)C;
-    int query0 = (gridDim.y - 1 - blockIdx.y) * WG_CTA_QUERIES;  // the heaviest query blocks start first
+    int query0 = (gridDim.y - 1 - blockIdx.y) * CTA_QUERIES;  // the heaviest query blocks start first
     int group_query0 = query0 + WG_QUERIES * group, warp_query0 = group_query0 + 16 * (warp.meta_group_rank() % 4);
     const float* q_head = qkv + b * T * row_stride + h * HS;
-    int num_tiles = ceil_div(min(query0 + WG_CTA_QUERIES, T), WG_KEYS);
+    int num_tiles = ceil_div(min(query0 + CTA_QUERIES, T), WG_KEYS);
     float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale);
 
-    load_panels<WG_CTA_QUERIES, HS>(q_tile, q_head, row_stride, query0, T);
-    load_panels<WG_KEYS, HS>(stages, q_head + C, row_stride, 0, T);
+    load_panels<CTA_QUERIES, HS, THREADS>(q_tile, q_head, row_stride, query0, T);
+    load_panels<WG_KEYS, HS, THREADS>(stages, q_head + C, row_stride, 0, T);
     cp_async_commit();
-    float4 v_next[HS / 16];
-    load_values<HS>(v_next, q_head + 2 * C, row_stride, 0, T);
-    store_values_transposed<HS>(stages + TILE, v_next);
+    float4 v_next[value_chunks<HS, THREADS>()];
+    load_values<HS, THREADS>(v_next, q_head + 2 * C, row_stride, 0, T);
+    store_values_transposed<HS, THREADS>(stages + TILE, v_next);
     float o[HS / 8][4] = {};
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
     const float* q_rows = q_tile + WG_QUERIES * group * 32;  // the warpgroup's rows of every panel
@@ -2850,15 +2867,15 @@ __global__ void __launch_bounds__(WG_THREADS) flash_forward_wgmma_kernel(float* 
         float* next_stage = stages + ((tile + 1) & 1) * 2 * TILE;
         bool next = tile + 1 < num_tiles;
         if (next) {
-            load_panels<WG_KEYS, HS>(next_stage, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
-            load_values<HS>(v_next, q_head + 2 * C, row_stride, (tile + 1) * WG_KEYS, T);
+            load_panels<WG_KEYS, HS, THREADS>(next_stage, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
+            load_values<HS, THREADS>(v_next, q_head + 2 * C, row_stride, (tile + 1) * WG_KEYS, T);
         }
         cp_async_commit();
         int key0 = tile * WG_KEYS;
         if (key0 <= group_query0 + WG_QUERIES - 1) {  // some key at or before some query of the warpgroup
             float s[WG_KEYS / 8][4];
             wgmma_fence();
-            wgmma_scores<HS>(s, q_rows, WG_CTA_QUERIES, k_tile, WG_KEYS);
+            wgmma_scores<HS>(s, q_rows, CTA_QUERIES, k_tile, WG_KEYS);
             wgmma_commit();
             wgmma_wait_all();
             pin_registers<WG_KEYS / 2>(&s[0][0]);
@@ -2877,7 +2894,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_forward_wgmma_kernel(float* 
             wgmma_wait_all();
             pin_registers<HS / 2>(&o[0][0]);
         }
-        if (next) { store_values_transposed<HS>(next_stage + TILE, v_next); }
+        if (next) { store_values_transposed<HS, THREADS>(next_stage + TILE, v_next); }
     }
 
     store_forward_rows<KIND, HS>(out, lse, o, row_max, row_sum, b, h, NH, T, warp_query0, scale, warp);
@@ -3836,8 +3853,9 @@ struct FlashForward {
             if constexpr (!SPLIT) {
                 static bool configured = false;
                 flash_set_shared(flash_forward_wgmma_kernel<KIND, HS>, flash_wgmma_shared(HS), &configured);
-                dim3 grid(B * NH, ceil_div(T, WG_CTA_QUERIES));
-                flash_forward_wgmma_kernel<KIND, HS><<<grid, WG_THREADS, flash_wgmma_shared(HS)>>>(out, lse, qkv, T, NH);
+                dim3 grid(B * NH, ceil_div(T, wgmma_cta_queries(HS)));
+                flash_forward_wgmma_kernel<KIND, HS>
+                    <<<grid, wgmma_threads(HS), flash_wgmma_shared(HS)>>>(out, lse, qkv, T, NH);
             }
         } else {
             static bool configured = false;

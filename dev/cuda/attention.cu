@@ -22,8 +22,9 @@ multiprocessor (the carveout preference), so that as many of their blocks run at
 64 KB multiprocessor; their rows then measure that occupancy on this GPU.
 Checks each variant against a CPU reference in double precision (GPT-2 124M shapes on a subset of
 heads, other head sizes and ragged T on all heads; fresh N(0, 1) inputs, ReLU's q and k on a grid,
-see quantize_scores), times forward and backward on GPT-2 124M shapes (CUDA events, median of 20
-launches), checks that 10 runs give bit-identical outputs, and prints one table at the end.
+see quantize_scores), times forward and backward on GPT-2 124M shapes and at hs 32 and 128 with the
+same channels (CUDA events, median of 20 launches), checks that 10 runs give bit-identical outputs,
+and prints one table at the end.
 The flash backward writes the gradient transposed, dqkv_t (3C, B*T), and adds its sum over the
 tokens to dbias (3C, the qkv bias gradient): the check transposes dqkv_t back (untimed) and compares
 dbias with the double column sums of that dqkv; the determinism check compares dqkv_t and dbias.
@@ -237,6 +238,13 @@ static void table_row(const char* what, Shape s, AttentionKind kind, int variant
 }
 
 // ----------------------------------------------------------------------------------------------
+// Variants 5 to 7 run CTAs of two warpgroups, 128 queries or keys (the trainer's forward takes four
+// at hs <= 64: wgmma_groups).
+constexpr int WG_GROUPS = 2;
+constexpr int WG_THREADS = 128 * WG_GROUPS;
+constexpr int WG_CTA_QUERIES = WG_QUERIES * WG_GROUPS;
+
+// ----------------------------------------------------------------------------------------------
 // Variant 5: variant 4 with the dQ kernel on wgmma too (TF32, hs <= 64; hs = 128's tiles would pass
 // the shared-memory limit, so it runs the trainer's dQ kernel): flash_backward_dq_kernel's work laid
 // out as the trainer's Hopper forward (flash_forward_wgmma_kernel). Per key tile and warpgroup: S = Q K^T and dP = dO V^T (q, dout, k and v
@@ -295,14 +303,14 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
     int num_tiles = ceil_div(min(query0 + WG_CTA_QUERIES, T), WG_KEYS);
     float scale = rsqrtf((float)HS), exp_scale = exponent_scale<false>(scale);
 
-    load_panels<WG_CTA_QUERIES, HS>(q_tile, q_head, row_stride, query0, T);
-    load_panels<WG_CTA_QUERIES, HS>(do_tile, do_head, C, query0, T);
-    load_panels<WG_KEYS, HS>(stages, q_head + C, row_stride, 0, T);
-    load_panels<WG_KEYS, HS>(stages + TILE, q_head + 2 * C, row_stride, 0, T);
+    load_panels<WG_CTA_QUERIES, HS, WG_THREADS>(q_tile, q_head, row_stride, query0, T);
+    load_panels<WG_CTA_QUERIES, HS, WG_THREADS>(do_tile, do_head, C, query0, T);
+    load_panels<WG_KEYS, HS, WG_THREADS>(stages, q_head + C, row_stride, 0, T);
+    load_panels<WG_KEYS, HS, WG_THREADS>(stages + TILE, q_head + 2 * C, row_stride, 0, T);
     cp_async_commit();
-    float4 k_next[HS / 16];
-    load_values<HS>(k_next, q_head + C, row_stride, 0, T);
-    store_values_transposed<HS>(stages + 2 * TILE, k_next);
+    float4 k_next[value_chunks<HS, WG_THREADS>()];
+    load_values<HS, WG_THREADS>(k_next, q_head + C, row_stride, 0, T);
+    store_values_transposed<HS, WG_THREADS>(stages + 2 * TILE, k_next);
     float stat_a[2], stat_b[2];
     row_statistics<KIND, HS, false>(stat_a, stat_b, delta + head_rows, lse + head_rows, do_head,
                                     out + b * T * C + h * HS, C, warp_query0, T, warp);
@@ -318,9 +326,10 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
         float* next_stage = stages + ((tile + 1) & 1) * STAGE;
         bool next = tile + 1 < num_tiles;
         if (next) {
-            load_panels<WG_KEYS, HS>(next_stage, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
-            load_panels<WG_KEYS, HS>(next_stage + TILE, q_head + 2 * C, row_stride, (tile + 1) * WG_KEYS, T);
-            load_values<HS>(k_next, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
+            load_panels<WG_KEYS, HS, WG_THREADS>(next_stage, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
+            load_panels<WG_KEYS, HS, WG_THREADS>(next_stage + TILE, q_head + 2 * C, row_stride, (tile + 1) * WG_KEYS,
+                                                 T);
+            load_values<HS, WG_THREADS>(k_next, q_head + C, row_stride, (tile + 1) * WG_KEYS, T);
         }
         cp_async_commit();
         int key0 = tile * WG_KEYS;
@@ -351,7 +360,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
             wgmma_wait_all();
             pin_registers<HS / 2>(&dq[0][0]);
         }
-        if (next) { store_values_transposed<HS>(next_stage + 2 * TILE, k_next); }
+        if (next) { store_values_transposed<HS, WG_THREADS>(next_stage + 2 * TILE, k_next); }
     }
 
     size_t tokens = gridDim.x / NH * (size_t)T;
@@ -437,17 +446,17 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dkdv_wgmma_kernel(f
     auto store_stat = [&](float* stage_stats, float value) {
         if (threadIdx.x < 2 * QUERIES) { stage_stats[threadIdx.x] = value; }
     };
-    load_panels<KEYS, HS>(k_panel, q_head + C, row_stride, key0, T);
-    load_panels<KEYS, HS>(v_panel, q_head + 2 * C, row_stride, key0, T);
-    load_panels<QUERIES, HS>(stages, q_head, row_stride, first_tile * QUERIES, T);
-    load_panels<QUERIES, HS>(stages + TILE, do_head, C, first_tile * QUERIES, T);
+    load_panels<KEYS, HS, WG_THREADS>(k_panel, q_head + C, row_stride, key0, T);
+    load_panels<KEYS, HS, WG_THREADS>(v_panel, q_head + 2 * C, row_stride, key0, T);
+    load_panels<QUERIES, HS, WG_THREADS>(stages, q_head, row_stride, first_tile * QUERIES, T);
+    load_panels<QUERIES, HS, WG_THREADS>(stages + TILE, do_head, C, first_tile * QUERIES, T);
     cp_async_commit();
-    float4 q_next[HS / 16], do_next[HS / 16];
-    load_values<HS>(q_next, q_head, row_stride, first_tile * QUERIES, T);
-    load_values<HS>(do_next, do_head, C, first_tile * QUERIES, T);
+    float4 q_next[value_chunks<HS, WG_THREADS>()], do_next[value_chunks<HS, WG_THREADS>()];
+    load_values<HS, WG_THREADS>(q_next, q_head, row_stride, first_tile * QUERIES, T);
+    load_values<HS, WG_THREADS>(do_next, do_head, C, first_tile * QUERIES, T);
     float stat_next = load_stat(first_tile * QUERIES);
-    store_values_transposed<HS>(stages + 2 * TILE, q_next);
-    store_values_transposed<HS>(stages + 3 * TILE, do_next);
+    store_values_transposed<HS, WG_THREADS>(stages + 2 * TILE, q_next);
+    store_values_transposed<HS, WG_THREADS>(stages + 3 * TILE, do_next);
     store_stat(stats, stat_next);
     float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
     const float* k_rows = k_panel + WG_QUERIES * group * 32;  // the warpgroup's rows of every panel
@@ -464,10 +473,10 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dkdv_wgmma_kernel(f
         bool next = tile + 1 < num_tiles;
         int query0 = tile * QUERIES;
         if (next) {
-            load_panels<QUERIES, HS>(next_stage, q_head, row_stride, query0 + QUERIES, T);
-            load_panels<QUERIES, HS>(next_stage + TILE, do_head, C, query0 + QUERIES, T);
-            load_values<HS>(q_next, q_head, row_stride, query0 + QUERIES, T);
-            load_values<HS>(do_next, do_head, C, query0 + QUERIES, T);
+            load_panels<QUERIES, HS, WG_THREADS>(next_stage, q_head, row_stride, query0 + QUERIES, T);
+            load_panels<QUERIES, HS, WG_THREADS>(next_stage + TILE, do_head, C, query0 + QUERIES, T);
+            load_values<HS, WG_THREADS>(q_next, q_head, row_stride, query0 + QUERIES, T);
+            load_values<HS, WG_THREADS>(do_next, do_head, C, query0 + QUERIES, T);
             stat_next = load_stat(query0 + QUERIES);
         }
         cp_async_commit();
@@ -505,8 +514,8 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dkdv_wgmma_kernel(f
             pin_registers<HS / 2>(&dk[0][0]);
         }
         if (next) {
-            store_values_transposed<HS>(next_stage + 2 * TILE, q_next);
-            store_values_transposed<HS>(next_stage + 3 * TILE, do_next);
+            store_values_transposed<HS, WG_THREADS>(next_stage + 2 * TILE, q_next);
+            store_values_transposed<HS, WG_THREADS>(next_stage + 3 * TILE, do_next);
             store_stat(stats + (parity ^ 1) * 2 * QUERIES, stat_next);
         }
     }
@@ -1857,7 +1866,9 @@ int main(int argc, char** argv) {
         buffers_free(&d);
     }
 
-    const Shape benches[] = {{4, 1024, 12, 64}, {8, 1024, 12, 64}, {16, 1024, 12, 64}};
+    // GPT-2's hs 64 at B = 4, 8, 16; the other head sizes at C = 768
+    const Shape benches[] = {{4, 1024, 12, 64}, {8, 1024, 12, 64}, {16, 1024, 12, 64}, {16, 1024, 24, 32},
+                             {16, 1024, 6, 128}};
     for (Shape s : benches) {
         if (small_only) { break; }
         size_t btc = (size_t)s.B * s.T * s.NH * s.hs;
