@@ -9,8 +9,9 @@
 # both attention kinds and --decode, and a short training run twice, bit-identical; at hs 128 and
 # T = 200 (a multiple of no tile) the same runs of the compute_75 build and under the 99 and 48 KB caps. Then the lab's attention check under the 99 KB cap at hs 32, 64 and
 # 128, T = 1, 77, 130 and 200: the tensor cores (variants 2, 3: the small tiles at hs 128) and the
-# FP32 cores (variant 10; variant 11 its plans for 64 KB multiprocessors). Last, our Hopper GEMM
-# (gemm_tf32) under compute-sanitizer's racecheck on the lab's odd shapes. Prints its time.
+# FP32 cores (variant 10; variant 11 its plans for 64 KB multiprocessors). Last, our Hopper GEMMs
+# and the wgmma attention forward under compute-sanitizer's racecheck on the lab's small shapes.
+# Prints its time.
 set -u
 cd "$(dirname "$0")/../.."
 start=$SECONDS
@@ -115,6 +116,20 @@ if [ -x dev/cuda/matmul_wgmma ] && [ -x "$sanitizer" ]; then
   fi
 else
   echo "SKIPPED (dev/cuda/matmul_wgmma not built or no compute-sanitizer): our GEMMs under racecheck"
+fi
+# The Hopper attention forward (four warpgroups a CTA at hs 64, two at hs 32 and 128) under
+# racecheck, on the lab's small checks (hs 32, 64, 128, ragged T), only its kernel instrumented.
+if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)" != 9.0 ]; then
+  echo "SKIPPED (not a Hopper GPU): the wgmma attention forward under racecheck"
+elif [ -x dev/cuda/attention ] && [ -x "$sanitizer" ]; then
+  "$sanitizer" --tool racecheck --error-exitcode 1 --kernel-name kns=flash_forward_wgmma dev/cuda/attention --small 4 \
+    > "$work/attention_racecheck.log" 2>&1
+  racecheck_status=$?
+  check "the wgmma attention forward under racecheck (hs 32, 64, 128, ragged T): no hazard, every check passing" \
+    eval "[ $racecheck_status -eq 0 ] && grep -q 'RACECHECK SUMMARY: 0 hazards' '$work/attention_racecheck.log' &&
+          grep -q '^PASS' '$work/attention_racecheck.log' || { tail -n 20 '$work/attention_racecheck.log'; false; }"
+else
+  echo "SKIPPED (dev/cuda/attention not built or no compute-sanitizer): the wgmma attention forward under racecheck"
 fi
 echo "$passed passed, $failed failed (other paths: $((SECONDS - start)) s)"
 [ "$failed" -eq 0 ]
