@@ -239,7 +239,7 @@ static void table_row(const char* what, Shape s, AttentionKind kind, int variant
 
 // ----------------------------------------------------------------------------------------------
 // Variants 5 to 7 run CTAs of two warpgroups, 128 queries or keys (the trainer's forward takes four
-// at hs <= 64: wgmma_groups).
+// at hs 64: wgmma_groups).
 constexpr int WG_GROUPS = 2;
 constexpr int WG_THREADS = 128 * WG_GROUPS;
 constexpr int WG_CTA_QUERIES = WG_QUERIES * WG_GROUPS;
