@@ -84,6 +84,27 @@ copy) 3-8% slower than a read along K, attproj's weight gradient 0.71 (K in part
         WG_D8(d, 56), WG_D8(d, 64), WG_D8(d, 72), WG_D8(d, 80), WG_D8(d, 88), WG_D8(d, 96), WG_D8(d, 104), \
         WG_D8(d, 112), WG_D8(d, 120)
 
+// The start of the lab's GEMM kernels, both consumers reading every stage: the ring's barriers,
+// then the producer warpgroup (thread 0 copies the stages; it and the rest of the warpgroup then
+// return false and leave); the consumers get 232 registers a thread and true.
+template <int STAGES, int STAGE_FLOATS, bool A_T>
+__device__ __forceinline__ bool gemm_lab_start(float* stages, uint64_t* loaded, uint64_t* consumed,
+                                               const CUtensorMap* a_map, const CUtensorMap* b_map,
+                                               const GemmGrid& grid) {
+    if (threadIdx.x == 0) {
+        gemm_ring_init(loaded, consumed, STAGES, 256);
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        warpgroup_registers_lower<40>();
+        if (threadIdx.x == 0) { gemm_produce<STAGES, STAGE_FLOATS, A_T>(stages, loaded, consumed, a_map, b_map, grid); }
+        return false;
+    }
+    warpgroup_registers_raise<232>();
+    return true;
+}
+
 // d (64 x 256) += A (64 x 8) B (256 x 8)^T, both panels in shared memory
 __device__ __forceinline__ void wgmma_64x256_accumulate(float d[128], uint64_t a, uint64_t b) {
     asm volatile(
@@ -115,17 +136,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
     uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
     GemmGrid grid = gemm_grid(M, N, K, GEMM_WIDE_N, 1);
-    if (threadIdx.x == 0) {
-        gemm_ring_init(loaded, consumed, STAGES, 256);
-        mbarrier_init_fence();
-    }
-    __syncthreads();
-    if (threadIdx.x < 128) {
-        warpgroup_registers_lower<40>();
-        if (threadIdx.x == 0) { gemm_produce<STAGES, STAGE_FLOATS>(stages, loaded, consumed, &a_map, &b_map, grid); }
-        return;
-    }
-    warpgroup_registers_raise<232>();
+    if (!gemm_lab_start<STAGES, STAGE_FLOATS, false>(stages, loaded, consumed, &a_map, &b_map, grid)) { return; }
     int consumer = threadIdx.x / 128 - 1, staged = 0;
     for (int j = 0, item = blockIdx.x; item < grid.items; j++, item += gridDim.x) {
         int2 origin = gemm_work(item, grid).origin;
@@ -237,19 +248,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_regs_kernel(
     uint64_t* loaded = (uint64_t*)(staging + 2 * BUFFERS * GEMM_STAGING_FLOATS);
     uint64_t* consumed = loaded + STAGES;
     GemmGrid grid = gemm_grid(M, N, K, GEMM_REGS_N, k_parts);
-    if (threadIdx.x == 0) {
-        gemm_ring_init(loaded, consumed, STAGES, 256);
-        mbarrier_init_fence();
-    }
-    __syncthreads();
-    if (threadIdx.x < 128) {
-        warpgroup_registers_lower<40>();
-        if (threadIdx.x == 0) {
-            gemm_produce<STAGES, STAGE_FLOATS, A_T>(stages, loaded, consumed, &a_map, &b_map, grid);
-        }
-        return;
-    }
-    warpgroup_registers_raise<232>();
+    if (!gemm_lab_start<STAGES, STAGE_FLOATS, A_T>(stages, loaded, consumed, &a_map, &b_map, grid)) { return; }
     int consumer = threadIdx.x / 128 - 1, staged = 0, n = 0;  // n: stages taken so far
     float* staging_buffers = staging + consumer * BUFFERS * GEMM_STAGING_FLOATS;
     for (int item = blockIdx.x; item < grid.items; item += gridDim.x) {
