@@ -52,8 +52,8 @@ GENCODE := $(foreach word,$(gpu_arch_list),$(call gpu_arch_gencode,$(word)))
 # $(call nvcc_build,ARGUMENTS): a recipe's nvcc run for $@ that also stops the build where ptxas
 # serialises a kernel's wgmma. ptxas says so only in an info line ("wgmma.mma_async instructions
 # are serialized due to ...": C7513 for registers an MMA reads being written while it may run,
-# C7511 for too few registers), which is easily missed, and such a kernel ran 1.1-1.6x slower in
-# the lab (dev/cuda/README.md, matmul_wgmma variant 6); $@ is then removed, so the next make
+# C7511 for too few registers), which is easily missed, and such a kernel ran up to 1.3x slower
+# in the lab (dev/cuda/README.md, matmul_wgmma variant 6); $@ is then removed, so the next make
 # tries again.
 nvcc_build = echo '$(NVCC) $1'; log=$$(mktemp); $(NVCC) $1 2> $$log; status=$$?; cat $$log >&2; \
   if grep -q 'wgmma.mma_async instructions are serialized' $$log; then \
