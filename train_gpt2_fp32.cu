@@ -1546,7 +1546,7 @@ static void gemm_tf32(float* out, float* gelu_out, const float* a, const float* 
 // first's MMAs run, and the consumers take turns to issue a stage's MMAs (consumer 0 first), so
 // that the tensor cores run one's while the other adds its sums and loads its next a.
 // Since a goes through registers it may be stored transposed, (K, M) (A_T: the input gradients'
-// transposed output gradients). Products with few tiles split K into k_parts (gemm_split_parts):
+// transposed output gradients). Products with few tiles split K into k_parts (gemm_parts):
 // part 0 goes to out with the bias, part p to partials + (p - 1) rows_pad N, added to out in part
 // order (sum_arrays; accumulating into out, part 0 goes to partials too). Every sum has a fixed
 // order: bit-identical run to run.
@@ -1727,19 +1727,20 @@ static bool gemm_split_fits(const float* out, const float* a, bool a_t, const fl
 // their part).
 static size_t gemm_split_part_floats(int M, int N) { return (size_t)ceil_div(M, GEMM_TILE_M) * GEMM_TILE_M * N; }
 
-// Parts along K for a product: the count (up to 16) that minimises a model of its time, the waves
-// of work items over the multiprocessors (a stage of 32 at 2 TFLOP/s each) plus the partial sums'
-// traffic (written and read at 3 TB/s), with the partials within partial_floats.
-static int gemm_split_parts(int M, int N, int K, size_t partial_floats) {
-    constexpr double STAGE_US = 3 * 2.0 * GEMM_TILE_M * GEMM_SPLIT_TILE_N * 32 / 2e6, BYTES_PER_US = 3e6;
+// Parts along K for a product on tiles tile_n wide: the count (up to 16) that minimises a model of
+// its time, the waves of work items over the multiprocessors (a stage of 32 summed values taking
+// stage_us) plus the partial sums' traffic (written and read at 3 TB/s), with the partials within
+// partial_floats.
+static int gemm_parts(int M, int N, int K, int tile_n, double stage_us, size_t partial_floats) {
+    constexpr double BYTES_PER_US = 3e6;
     size_t part_floats = gemm_split_part_floats(M, N);
     int best = 1;
     double best_us = INFINITY;
     for (int parts = 1; parts <= std::min(16, (int)ceil_div(K, 32)); parts++) {
-        GemmGrid g = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, parts);
+        GemmGrid g = gemm_grid(M, N, K, tile_n, parts);
         if ((parts - 1) * g.part_k_tiles >= g.k_tiles) { continue; }  // a part would be empty
         if ((parts - 1) * part_floats > partial_floats) { break; }
-        double us = ceil_div(g.items, g_num_sms) * g.part_k_tiles * STAGE_US +
+        double us = ceil_div(g.items, g_num_sms) * g.part_k_tiles * stage_us +
                     (parts - 1) * part_floats * 2 * sizeof(float) / BYTES_PER_US;
         if (us < best_us) { best = parts, best_us = us; }
     }
@@ -1764,7 +1765,8 @@ static void gemm_split_tf32(float* out, const float* a, bool a_t, const float* b
     size_t part_floats = gemm_split_part_floats(M, N);
     float* first = accumulate ? partials : out;  // part 0's destination; part p > 0 at rest + (p - 1) part_floats
     float* rest = accumulate ? partials + part_floats : partials;
-    int k_parts = gemm_split_parts(M, N, K, partial_floats - (accumulate ? part_floats : 0));
+    constexpr double STAGE_US = 3 * 2.0 * GEMM_TILE_M * GEMM_SPLIT_TILE_N * 32 / 2e6;  // 3 MMAs at 2 TFLOP/s
+    int k_parts = gemm_parts(M, N, K, GEMM_SPLIT_TILE_N, STAGE_US, partial_floats - (accumulate ? part_floats : 0));
     GemmGrid grid = gemm_grid(M, N, K, GEMM_SPLIT_TILE_N, k_parts);
     int rows_pad = grid.row_tiles * GEMM_TILE_M;
     CUtensorMap a_map = a_t ? tensor_map_panels(a, K, M, M, 32) : tensor_map_panels(a, M, K, K, GEMM_TILE_M);

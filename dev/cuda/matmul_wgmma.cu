@@ -281,32 +281,14 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_regs_kernel(
 #endif
 }
 
-// Parts along K: the count (up to 16) that minimises the waves of work items (a stage of 32 at
-// 2.6 TFLOP/s a multiprocessor) plus the partial sums' traffic (written and read at 3 TB/s), within
-// partial_floats.
-static int gemm_regs_parts(int M, int N, int K, size_t partial_floats) {
-    const double stage_us = 2.0 * GEMM_TILE_M * GEMM_REGS_N * 32 / 2.6e6, bytes_per_us = 3e6;
-    size_t part_floats = gemm_split_part_floats(M, N);
-    int best = 1;
-    double best_us = INFINITY;
-    for (int parts = 1; parts <= std::min(16, (int)ceil_div(K, 32)); parts++) {
-        GemmGrid g = gemm_grid(M, N, K, GEMM_REGS_N, parts);
-        if ((parts - 1) * g.part_k_tiles >= g.k_tiles) { continue; }
-        if ((parts - 1) * part_floats > partial_floats) { break; }
-        double us = ceil_div(g.items, g_num_sms) * g.part_k_tiles * stage_us +
-                    (parts - 1) * part_floats * 2 * sizeof(float) / bytes_per_us;
-        if (us < best_us) { best = parts, best_us = us; }
-    }
-    return best;
-}
-
 // out = a b^T + bias (bias optional), a stored (M, K) or, with a_t, (K, M); partials: scratch for the
 // parts along K from part 1 on.
 static void gemm_tf32_regs(float* out, const float* a, bool a_t, const float* b, const float* bias, int M, int N, int K,
                            float* partials, size_t partial_floats) {
     auto kernel = a_t ? gemm_tf32_regs_kernel<true> : gemm_tf32_regs_kernel<false>;
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GEMM_REGS_SHARED));
-    int k_parts = gemm_regs_parts(M, N, K, partial_floats);
+    constexpr double STAGE_US = 2.0 * GEMM_TILE_M * GEMM_REGS_N * 32 / 2.6e6;  // one MMA at 2.6 TFLOP/s
+    int k_parts = gemm_parts(M, N, K, GEMM_REGS_N, STAGE_US, partial_floats);
     GemmGrid grid = gemm_grid(M, N, K, GEMM_REGS_N, k_parts);
     int rows_pad = grid.row_tiles * GEMM_TILE_M;
     CUtensorMap a_map = a_t ? tensor_map_panels(a, K, M, M, 32) : tensor_map_panels(a, M, K, K, GEMM_TILE_M);
