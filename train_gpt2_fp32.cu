@@ -778,6 +778,13 @@ static void gelu_forward(float* out, const float* inp, size_t n) {
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+// The first 1024-byte-aligned float of the dynamic shared memory: an offset from the array, so that
+// the compiler still knows the address space (an aligned integer cast back to a pointer would make
+// every access through it a generic one, with 64-bit addresses: ST.E, not STS).
+__device__ __forceinline__ float* shared_aligned_1024(float* shared_raw) {
+    return shared_raw + ((1024 - (shared_address(shared_raw) & 1023)) & 1023) / sizeof(float);
+}
+
 // Float offset of (row, col) in a panelled tile of `rows` rows.
 __device__ __forceinline__ int panel_offset(int row, int col, int rows) {
     return (col >> 5) * rows * 32 + row * 32 + ((((col >> 2) & 7) ^ (row & 7)) << 2) + (col & 3);
@@ -1440,7 +1447,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_kernel(const __grid
     constexpr int STAGE_FLOATS = gemm_stage_floats(GEMM_TILE_N);
     static_assert(GEMM_STAGES > 2, "a consumer's main loop starts while the other's last two stages may be in use");
     extern __shared__ float shared_raw[];
-    float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
+    float* stages = shared_aligned_1024(shared_raw);  // [STAGES][a | b panel]
     float* staging = stages + GEMM_STAGES * STAGE_FLOATS;    // [consumer][2][GEMM_STAGING_FLOATS]
     uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + GEMM_STAGES;    // [STAGES]: the MMAs reading the stage are done
@@ -1654,7 +1661,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_split_tf32_kernel(
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int STAGES = GEMM_SPLIT_STAGES, STAGE_FLOATS = 3 * GEMM_SPLIT_PANEL;
     extern __shared__ float shared_raw[];
-    float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b | b lo]
+    float* stages = shared_aligned_1024(shared_raw);  // [STAGES][a | b | b lo]
     float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][GEMM_SPLIT_BUFFERS][GEMM_STAGING_FLOATS]
     uint64_t* loaded = (uint64_t*)(staging + 2 * GEMM_SPLIT_BUFFERS * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
     uint64_t* consumed = loaded + STAGES;  // [STAGES]: both consumers' MMAs reading the stage are done
@@ -2838,7 +2845,7 @@ __global__ void __launch_bounds__(wgmma_threads(HS)) flash_forward_wgmma_kernel(
     constexpr int THREADS = wgmma_threads(HS), CTA_QUERIES = wgmma_cta_queries(HS);
     extern __shared__ float shared_raw[];
     // q (CTA_QUERIES x HS), then two stages of {K, V^T}; panels 1024-byte aligned
-    float* q_tile = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
+    float* q_tile = shared_aligned_1024(shared_raw);
     float* stages = q_tile + CTA_QUERIES * HS;
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);

@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dq_wgmma_kernel(flo
     constexpr int TILE = WG_KEYS * HS, STAGE = 3 * TILE;
     extern __shared__ float shared_raw[];
     // q and dout (WG_CTA_QUERIES x HS each), then two stages of {K, V, K^T}; panels 1024-byte aligned
-    float* q_tile = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
+    float* q_tile = shared_aligned_1024(shared_raw);
     float* do_tile = q_tile + WG_CTA_QUERIES * HS;
     float* stages = do_tile + WG_CTA_QUERIES * HS;
     cg::thread_block block = cg::this_thread_block();
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(WG_THREADS) flash_backward_dkdv_wgmma_kernel(f
     extern __shared__ float shared_raw[];
     // K and V (KEYS x HS each), two stages of {q, dout, q^T, dout^T}, then two stages of the query
     // statistics (lse, delta); panels 1024-byte aligned
-    float* k_panel = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
+    float* k_panel = shared_aligned_1024(shared_raw);
     float* v_panel = k_panel + KEYS * HS;
     float* stages = v_panel + KEYS * HS;
     float* stats = stages + 2 * STAGE;
@@ -710,7 +710,7 @@ __global__ void __launch_bounds__(PP_THREADS, 1) flash_forward_pipelined_kernel(
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = PipelinedShared<HS>;
     extern __shared__ float shared_raw[];
-    float* q_tile = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);
+    float* q_tile = shared_aligned_1024(shared_raw);
     float* k_stages = q_tile + WG_CTA_QUERIES * HS;
     float* vt_stages = k_stages + PP_STAGES * S::TILE;
     float* v_rows = vt_stages + PP_STAGES * S::TILE;

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_wide_kernel(const _
                                                                          const float* bias, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float shared_raw[];
-    float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b panel]
+    float* stages = shared_aligned_1024(shared_raw);  // [STAGES][a | b panel]
     constexpr int STAGE_FLOATS = gemm_stage_floats(GEMM_WIDE_N);
     float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][2][GEMM_STAGING_FLOATS]
     uint64_t* loaded = (uint64_t*)(staging + 4 * GEMM_STAGING_FLOATS);  // [STAGES]: copies landed
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) gemm_tf32_regs_kernel(
     constexpr int STAGES = GEMM_REGS_STAGES, STAGE_FLOATS = gemm_stage_floats(GEMM_REGS_N);
     constexpr int BUFFERS = GEMM_REGS_BUFFERS;
     extern __shared__ float shared_raw[];
-    float* stages = (float*)(((uintptr_t)shared_raw + 1023) & ~(uintptr_t)1023);  // [STAGES][a | b]
+    float* stages = shared_aligned_1024(shared_raw);  // [STAGES][a | b]
     float* staging = stages + STAGES * STAGE_FLOATS;  // [consumer][BUFFERS][GEMM_STAGING_FLOATS]
     uint64_t* loaded = (uint64_t*)(staging + 2 * BUFFERS * GEMM_STAGING_FLOATS);
     uint64_t* consumed = loaded + STAGES;
