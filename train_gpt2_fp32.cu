@@ -1732,7 +1732,7 @@ static bool gemm_split_fits(const float* out, const float* a, bool a_t, const fl
 
 // A part's floats in the partial sums: (M, N), its rows padded to whole tiles (edge tiles stay in
 // their part).
-static size_t gemm_split_part_floats(int M, int N) { return (size_t)ceil_div(M, GEMM_TILE_M) * GEMM_TILE_M * N; }
+static size_t gemm_part_floats(int M, int N) { return (size_t)ceil_div(M, GEMM_TILE_M) * GEMM_TILE_M * N; }
 
 // Parts along K for a product on tiles tile_n wide: the count (up to 16) that minimises a model of
 // its time, the waves of work items over the multiprocessors (a stage of 32 summed values taking
@@ -1740,7 +1740,7 @@ static size_t gemm_split_part_floats(int M, int N) { return (size_t)ceil_div(M, 
 // partial_floats.
 static int gemm_parts(int M, int N, int K, int tile_n, double stage_us, size_t partial_floats) {
     constexpr double BYTES_PER_US = 3e6;
-    size_t part_floats = gemm_split_part_floats(M, N);
+    size_t part_floats = gemm_part_floats(M, N);
     int best = 1;
     double best_us = INFINITY;
     for (int parts = 1; parts <= std::min(16, (int)ceil_div(K, 32)); parts++) {
@@ -1756,7 +1756,7 @@ static int gemm_parts(int M, int N, int K, int tile_n, double stage_us, size_t p
 
 // out = a b^T + bias (bias optional), or with accumulate out += a b^T + bias, in split TF32, a stored
 // (M, K) or, with a_t, (K, M). partials: scratch of partial_floats for the parts along K, from part 1
-// on, or accumulating every part's (at least gemm_split_part_floats(M, N)); they are added to out in
+// on, or accumulating every part's (at least gemm_part_floats(M, N)); they are added to out in
 // part order.
 static void gemm_split_tf32(float* out, const float* a, bool a_t, const float* b, const float* bias, int M, int N,
                             int K, bool accumulate, float* partials, size_t partial_floats, cudaStream_t stream = 0) {
@@ -1769,7 +1769,7 @@ static void gemm_split_tf32(float* out, const float* a, bool a_t, const float* b
         }
         configured = true;
     }
-    size_t part_floats = gemm_split_part_floats(M, N);
+    size_t part_floats = gemm_part_floats(M, N);
     float* first = accumulate ? partials : out;  // part 0's destination; part p > 0 at rest + (p - 1) part_floats
     float* rest = accumulate ? partials + part_floats : partials;
     constexpr double STAGE_US = 3 * 2.0 * GEMM_TILE_M * GEMM_SPLIT_TILE_N * 32 / 2e6;  // 3 MMAs at 2 TFLOP/s
@@ -1803,7 +1803,7 @@ static void matmul(float* out, const float* a, const float* b, const float* bias
     bool accumulate = beta == 1.0f;
     if (trans_a && alpha == 1.0f && (beta == 0.0f || accumulate) && gemm_split_fits(out, b, trans_b, a, bias, n, m, k) &&
         common_alignment({4 * stride_a, 4 * stride_b, 4 * stride_out}) >= 16 &&
-        (!accumulate || gemm_split_part_floats(n, m) <= g_split_scratch_floats[slot])) {
+        (!accumulate || gemm_part_floats(n, m) <= g_split_scratch_floats[slot])) {
         for (int i = 0; i < batch; i++) {
             gemm_split_tf32(out + i * stride_out, b + i * stride_b, trans_b, a + i * stride_a, bias, n, m, k,
                             accumulate, g_split_scratch[slot], g_split_scratch_floats[slot], stream);
@@ -5059,8 +5059,8 @@ static void reserve_split_operands(const ModelShape* c, int B, int T) {
     size_t C = c->channels, Vp = c->padded_vocab_size, BT = (size_t)B * T;
     size_t R = std::min(BT, classifier_chunk_rows());
     if (gemm_split_takes_model(c) && BT % 4 == 0) {
-        size_t ours = std::max({gemm_split_part_floats(Vp, C), 15 * gemm_split_part_floats(4 * C, C),
-                                15 * gemm_split_part_floats(R, C)});
+        size_t ours = std::max({gemm_part_floats(Vp, C), 15 * gemm_part_floats(4 * C, C),
+                                15 * gemm_part_floats(R, C)});
         split_scratch_reserve(ours, ours);
         return;
     }

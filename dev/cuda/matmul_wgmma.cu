@@ -299,7 +299,7 @@ static void gemm_tf32_regs(float* out, const float* a, bool a_t, const float* b,
     kernel<<<std::min(grid.items, g_num_sms), GEMM_THREADS, GEMM_REGS_SHARED>>>(a_map, b_map, out_map, partials_map,
                                                                                 bias, M, N, K, k_parts, rows_pad);
     cudaCheck(cudaGetLastError());
-    if (k_parts > 1) { sum_arrays(out, out, partials, gemm_split_part_floats(M, N), k_parts - 1, (size_t)M * N, 0); }
+    if (k_parts > 1) { sum_arrays(out, out, partials, gemm_part_floats(M, N), k_parts - 1, (size_t)M * N, 0); }
 }
 
 // ----------------------------------------------------------------------------------------------
