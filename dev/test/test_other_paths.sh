@@ -7,11 +7,12 @@
 # 48 KB, below every GPU with TF32 cores, the FP32-core attention beside TF32 products, its backward
 # with the plans for 64 KB multiprocessors as on a T4). Each: the PyTorch fixtures at -f 0/1/2 for
 # both attention kinds and --decode, and a short training run twice, bit-identical; at hs 128 and
-# T = 200 (a multiple of no tile) the same runs of the compute_75 build and under the 99 and 48 KB caps. Then the lab's attention check under the 99 KB cap at hs 32, 64 and
-# 128, T = 1, 77, 130, 200 and 333: the tensor cores (variants 2, 3: the small tiles at hs 128) and the
-# FP32 cores (variant 10; variant 11 its plans for 64 KB multiprocessors). Last, our Hopper GEMMs
-# and the wgmma attention forward under compute-sanitizer's racecheck on the lab's small shapes.
-# Prints its time.
+# T = 200 (a multiple of no tile) the same runs of the compute_75 build and under the 99 and 48 KB
+# caps. Then the lab's attention check under the 99 KB cap at hs 32, 64 and 128, T = 1, 77, 130,
+# 200 and 333: the tensor cores (variants 2, 3: the small tiles at hs 128) and the FP32 cores
+# (variant 10; variant 11 its plans for 64 KB multiprocessors). Last, our Hopper GEMMs and the
+# wgmma attention forward under compute-sanitizer's racecheck on the lab's small shapes. Prints its
+# time.
 set -u
 cd "$(dirname "$0")/../.."
 start=$SECONDS
